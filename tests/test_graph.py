@@ -1,0 +1,136 @@
+"""Graph IR: JSON round trip, validation errors naming the culprit, fuzzing the loader."""
+
+import json
+import random
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from graphgen import random_graph
+from tvm_serenity.graph import Graph, GraphError
+
+CELL = {"name": "cell", "nodes": [
+    {"name": "x", "op": "input", "inputs": [], "bytes": 3072, "shape": [1, 32, 32, 3],
+     "dtype": "int8"},
+    {"name": "c1", "op": "conv2d", "inputs": ["x"], "bytes": 8192,
+     "inplace": {"workspace_bytes": 9000}},
+    {"name": "r", "op": "relu", "inputs": ["c1"], "bytes": 8192, "inplace": "alias"},
+    {"name": "y", "op": "concat", "inputs": ["r", "x"], "bytes": 11264}],
+    "outputs": ["y"]}
+
+
+def with_nodes(*nodes, outputs=("y",)):
+    return {"name": "g", "nodes": list(nodes), "outputs": list(outputs)}
+
+
+def node(name, inputs=(), op=None, nbytes=1, **extra):
+    return {"name": name, "op": op or ("input" if not inputs else "conv2d"),
+            "inputs": list(inputs), "bytes": nbytes, **extra}
+
+
+def test_round_trip_keeps_everything():
+    g = Graph.from_json(CELL)
+    assert g.to_json() == CELL
+    assert Graph.loads(g.dumps()).to_json() == CELL
+    assert g.op_names == ["c1", "r", "y"] and g.input_names == ["x"]
+    assert g.consumers["x"] == ("c1", "y")
+    assert g["c1"].inplace == 9000 and g["r"].inplace == "alias"
+
+
+@pytest.mark.parametrize("obj, message", [
+    (with_nodes(node("x"), node("a", ["b"]), node("b", ["a"]), node("y", ["b"])),
+     r"node '(a|b)': on a cycle"),
+    (with_nodes(node("x"), node("y", ["y"])), r"node 'y': consumes itself"),
+    (with_nodes(node("x"), node("y", ["nope"])), r"node 'y': unknown input 'nope'"),
+    (with_nodes(node("x"), node("x"), node("y", ["x"])), r"node 'x': duplicate name"),
+    (with_nodes(node("x"), node("y", ["x"], nbytes=-4)), r"node 'y': field 'bytes' is negative"),
+    (with_nodes(node("x"), node("y", ["x"], nbytes=2.5)),
+     r"node 'y': field 'bytes' must be an integer"),
+    (with_nodes(node("x"), node("y", ["x"], nbytes="8")),
+     r"node 'y': field 'bytes' must be an integer"),
+    (with_nodes(node("x"), node("y", ["x"]), outputs=["z"]), r"output 'z' is not a node"),
+    (with_nodes(node("x"), node("y", ["x"]), outputs=[]), r"'outputs' is empty"),
+    (with_nodes(), r"has no nodes"),
+    (with_nodes(node("x"), {"name": "y", "op": "conv2d", "inputs": ["x"]}),
+     r"node 'y': field 'bytes' is missing"),
+    (with_nodes(node("x"), node("y", ["x"], inplace="sideways")),
+     r"node 'y': field 'inplace' must be"),
+    (with_nodes(node("x", nbytes=10), node("y", ["x"], nbytes=4,
+                                           inplace={"workspace_bytes": 6})),
+     r"node 'y': inplace workspace_bytes 6 is smaller than max\(input, output\) = 10"),
+    (with_nodes(node("x", inplace="alias"), node("y", ["x"])),
+     r"node 'x': 'inplace' needs a node with an input"),
+    (with_nodes(node("x"), node("y", ["x"], colour="red")), r"node 'y': unknown field 'colour'"),
+    (with_nodes(node("x"), {"name": "", "op": "conv2d", "inputs": ["x"], "bytes": 1}),
+     r"nodes\[1\]: field 'name' must be a non-empty string"),
+    ({"nodes": "x", "outputs": []}, r"field 'nodes' must be a list"),
+    ([], r"graph JSON must be an object"),
+])
+def test_invalid_graphs_name_the_culprit(obj, message):
+    with pytest.raises(GraphError, match=message) as info:
+        Graph.from_json(obj)
+    assert "\n" not in str(info.value)
+
+
+def test_cycle_error_names_a_node_on_the_cycle():
+    obj = with_nodes(node("x"), node("a", ["x", "c"]), node("b", ["a"]), node("c", ["b"]),
+                     node("y", ["c"]))
+    with pytest.raises(GraphError) as info:
+        Graph.from_json(obj)
+    culprit = str(info.value).split("'")[1]
+    assert culprit in {"a", "b", "c"}
+    cycle = str(info.value).split("(")[1].rstrip(")").split(" -> ")
+    assert cycle[0] == cycle[-1] == culprit and sorted(cycle[:-1]) == ["a", "b", "c"]
+    for src, dst in zip(cycle, cycle[1:]):      # each arrow is a real edge
+        assert src in next(n["inputs"] for n in obj["nodes"] if n["name"] == dst)
+
+
+def test_random_graphs_round_trip():
+    rng = random.Random(3)
+    for _ in range(50):
+        g = random_graph(rng, rng.randint(1, 40), rng.randint(1, 3))
+        assert Graph.loads(g.dumps()).to_json() == g.to_json()
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | st.floats(allow_nan=False)
+    | st.sampled_from(["x", "y", "input", "conv2d", "alias", ""]),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.sampled_from(["name", "op", "inputs", "bytes", "nodes", "outputs",
+                                       "inplace", "shape", "workspace_bytes", "attrs"]),
+                      children, max_size=6),
+    max_leaves=30)
+
+
+@settings(max_examples=400, deadline=None)
+@given(json_values)
+def test_fuzz_loader_never_crashes(obj):
+    try:
+        g = Graph.from_json(obj)
+    except GraphError as e:
+        assert str(e) and "\n" not in str(e)
+    else:   # whatever loads is a valid graph that round-trips
+        assert Graph.from_json(g.to_json()).to_json() == g.to_json()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
+def test_fuzz_raw_text(raw):
+    try:
+        Graph.loads(raw.decode("utf-8", "replace"))
+    except GraphError:
+        pass
+
+
+def test_mutated_valid_json_gives_graph_errors_only():
+    text = json.dumps(CELL)
+    rng = random.Random(0)
+    for _ in range(500):
+        chars = list(text)
+        for _ in range(rng.randint(1, 4)):
+            i = rng.randrange(len(chars))
+            chars[i] = rng.choice('{}[]",:0123456789xyabc -')
+        try:
+            Graph.loads("".join(chars))
+        except GraphError:
+            pass
