@@ -21,5 +21,8 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
+sweep: $(STAMP)   # the full 10,000-layer RiP sweep (CI runs a smaller one in the tests)
+	$(PY) -m tvm_serenity.rip.sweep --layers 10000 --seed 0
+
 clean-venv:
 	rm -rf $(VENV)
