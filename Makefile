@@ -1,10 +1,13 @@
-# Every target creates/updates the local virtual environment itself.
+# Every target creates/updates what it needs itself: the local virtual environment (.venv),
+# rp2040js (node_modules, pinned by package-lock.json) and, when missing, the Arm toolchain and
+# QEMU from Debian's packages (needs root or sudo).
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
+NODE_STAMP := node_modules/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast sweep clean-venv
+.PHONY: demo test test-fast sweep system-deps clean-venv
 
 $(STAMP): setup.py pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -12,17 +15,24 @@ $(STAMP): setup.py pyproject.toml
 	$(PY) -m pip install -q -e ".[test]"
 	touch $(STAMP)
 
-demo: $(STAMP)
+system-deps:
+	bash scripts/system-deps.sh
+
+$(NODE_STAMP): package.json package-lock.json | system-deps
+	npm ci --no-audit --no-fund
+	touch $(NODE_STAMP)
+
+demo: $(STAMP) system-deps $(NODE_STAMP)
 	$(VENV)/bin/tvm-serenity demo
 
-test: $(STAMP)
+test: $(STAMP) system-deps $(NODE_STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) system-deps $(NODE_STAMP)
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 sweep: $(STAMP)   # the full 10,000-layer RiP sweep (CI runs a smaller one in the tests)
 	$(PY) -m tvm_serenity.rip.sweep --layers 10000 --seed 0
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) node_modules
