@@ -1,0 +1,1079 @@
+"""A numpy int8 reference interpreter, bit-exact with TFLite Micro's reference kernels.
+
+This module is the arithmetic specification for every int8 kernel tvm-serenity generates (TIR,
+plain C, Pico firmware): each public function below states one kernel's integer semantics, and
+:class:`Interpreter` runs a whole :class:`~.tflite_model.TFLiteModel` with them, in stored order,
+keeping every intermediate tensor on request.
+
+Arithmetic follows TFLite's ``kernels/internal`` reference code as TFLite Micro builds it:
+
+* **Double rounding** (``TFLITE_SINGLE_ROUNDING`` undefined, the default of both TFLM and the
+  LiteRT/TFLite wheels): ``MultiplyByQuantizedMultiplier(x, m, s)`` =
+  ``RoundingDivideByPOT(SaturatingRoundingDoublingHighMul(x << max(s, 0), m), max(-s, 0))``,
+  with ``(m, s)`` from :func:`quantize_multiplier` (``frexp`` + round-half-away, the
+  ``q == 2^31`` fix-up and the flush of ``s < -31`` to zero).
+* Requantization parameters are computed in the same floating-point precision as the kernels'
+  ``Prepare`` (double for convolutions, a float32 product for per-tensor FULLY_CONNECTED,
+  a float32 quotient for RELU, ...), since a one-ulp difference in a scale can change a
+  multiplier.
+* int32 accumulators wrap like the C kernels; numpy sums are exact (float64 GEMMs are exact for
+  these magnitudes, < 2^53) and are wrapped to int32 once, which is the same modulo 2^32.
+* LOGISTIC and SOFTMAX use gemmlowp's fixed-point ``logistic`` / ``exp_on_negative_values`` /
+  ``one_over_one_plus_x_for_x_in_0_1`` (reimplemented here on int64 arrays with int32 wrap-around),
+  HARD_SWISH the int16 fixed-point path, MEAN TFLM's ``QuantizedMeanOrSum`` (integer multiplier
+  rescaled by the element count), AVERAGE_POOL the round-half-away integer division over the
+  in-bounds window, ADD the ``left_shift = 20`` scheme.
+
+LiteRT (``ai-edge-litert`` 2.3 with ``OpResolverType.BUILTIN_REF``) runs the same reference code
+except in two kernels, and ``Interpreter(model, runtime="litert")`` reproduces it too (tests
+check both runtimes): its reference FULLY_CONNECTED requantizes with
+``round(double(acc) * s_in * s_w / s_out)`` instead of ``MultiplyByQuantizedMultiplier`` (they
+differ by one LSB on rare accumulators), and its RELU6 requantizes when input and output
+quantization differ (TFLM only clamps; converters fuse RELU6, so models rarely have it).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import SerenityError
+from .tflite_model import (Operator, TFLiteModel, UnsupportedOperatorError, check_operators)
+
+__all__ = [
+    # fixed-point primitives
+    "round_half_away", "quantize_multiplier", "saturating_rounding_doubling_high_mul",
+    "rounding_divide_by_pot", "multiply_by_quantized_multiplier", "requantize",
+    "activation_range", "same_padding", "output_size",
+    # gemmlowp fixed-point transcendental helpers
+    "exp_on_negative_values", "one_over_one_plus_x_for_x_in_0_1", "fixed_point_logistic",
+    # parameters and kernels
+    "Requant", "ConvParams", "AddParams", "PoolParams", "HardSwishParams", "LogisticParams",
+    "SoftmaxParams", "conv_requant", "add_params", "mul_requant", "hard_swish_params",
+    "logistic_params", "softmax_params",
+    "quantize", "dequantize", "requantize_int8", "conv2d_int8", "depthwise_conv2d_int8",
+    "fully_connected_int8", "add_int8", "mul_int8", "mean_int8", "average_pool_int8",
+    "max_pool_int8", "pad", "resize_nearest_neighbor", "hard_swish_int8", "logistic_int8",
+    "softmax_int8", "relu_int8", "relu6_int8", "fully_connected_accumulate",
+    "requantize_float", "conv_params",
+    # interpreter
+    "SUPPORTED_OPS", "TFLM", "LITERT", "RUNTIMES", "Interpreter", "run", "run_all",
+    "ReferenceError",
+]
+
+TFLM = "tflm"
+LITERT = "litert"
+RUNTIMES = (TFLM, LITERT)
+
+INT32_MIN = -(1 << 31)
+INT32_MAX = (1 << 31) - 1
+INT8_MIN, INT8_MAX = -128, 127
+
+
+class ReferenceError(SerenityError, ValueError):
+    """A model or input the reference interpreter cannot run (the message says why)."""
+
+
+# ====================================================================== fixed-point primitives
+def _i64(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.int64)
+
+
+def _wrap(x, bits: int = 32) -> np.ndarray:
+    """Two's-complement wrap of int64 values to ``bits`` (what a C cast/overflow does)."""
+    half = 1 << (bits - 1)
+    return ((_i64(x) + half) & ((1 << bits) - 1)) - half
+
+
+def _trunc_div(a, b) -> np.ndarray:
+    """C integer division (truncation toward zero) for int64 arrays, ``b > 0``."""
+    a = _i64(a)
+    q = np.abs(a) // b
+    return np.where(a < 0, -q, q)
+
+
+def round_half_away(x):
+    """``TfLiteRound`` (``std::round``/``roundf``): halves away from zero, exact, dtype kept."""
+    x = np.asarray(x)
+    a = np.abs(x)
+    f = np.floor(a)
+    r = f + (a - f >= 0.5).astype(x.dtype if x.dtype.kind == "f" else np.float64)
+    return np.copysign(r, x)
+
+
+def quantize_multiplier(real: float) -> tuple[int, int]:
+    """``QuantizeMultiplier``: ``real ~= m * 2^(s - 31)`` with ``m`` in [2^30, 2^31)."""
+    real = float(real)
+    if real == 0.0:
+        return 0, 0
+    q, shift = math.frexp(real)
+    q_fixed = int(round_half_away(np.float64(q * float(1 << 31))))
+    if q_fixed == 1 << 31:
+        q_fixed //= 2
+        shift += 1
+    if shift < -31:
+        return 0, 0
+    return q_fixed, shift
+
+
+def saturating_rounding_doubling_high_mul(a, b, bits: int = 32) -> np.ndarray:
+    """gemmlowp ``SaturatingRoundingDoublingHighMul`` for int32 (or int16 with ``bits=16``)."""
+    a, b = _i64(a), _i64(b)
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    ab = a * b
+    nudge = np.where(ab >= 0, 1 << (bits - 2), 1 - (1 << (bits - 2)))
+    res = _trunc_div(ab + nudge, 1 << (bits - 1))
+    return np.where((a == b) & (a == lo), hi, res)
+
+
+def _saturating_doubling_high_mul16(a, b) -> np.ndarray:
+    """HARD_SWISH's ``SaturatingDoublingHighMul``: like the above but truncating (int16)."""
+    a, b = _i64(a), _i64(b)
+    res = _trunc_div(a * b, 1 << 15)
+    return np.where((a == b) & (a == -32768), 32767, res)
+
+
+def rounding_divide_by_pot(x, exponent, bits: int = 32) -> np.ndarray:
+    """gemmlowp ``RoundingDivideByPOT``: ``x / 2^exponent`` rounded half away from zero.
+
+    ``bits=16`` reproduces the int16 instantiation (its mask is an int16 constant).
+    """
+    x, e = _i64(x), _i64(exponent)
+    mask = _wrap((np.int64(1) << e) - 1, bits)
+    remainder = x & mask
+    threshold = (mask >> 1) + (x < 0)
+    return (x >> e) + (remainder > threshold)
+
+
+def _saturating_left_shift32(x, exponent: int) -> np.ndarray:
+    """gemmlowp ``SaturatingRoundingMultiplyByPOT<exponent>`` for exponent > 0 (int32)."""
+    x = _i64(x)
+    threshold = (1 << (31 - exponent)) - 1
+    return np.where(x > threshold, INT32_MAX, np.where(x < -threshold, INT32_MIN, x << exponent))
+
+
+def multiply_by_quantized_multiplier(x, multiplier, shift) -> np.ndarray:
+    """``MultiplyByQuantizedMultiplier`` (int32 version, double rounding); broadcasts."""
+    x, m, s = _i64(x), _i64(multiplier), _i64(shift)
+    left = np.maximum(s, 0)
+    right = np.maximum(-s, 0)
+    return rounding_divide_by_pot(
+        saturating_rounding_doubling_high_mul(_wrap(x << left), m), right)
+
+
+def requantize(acc, multiplier, shift, out_zp: int, act_min: int = INT8_MIN,
+               act_max: int = INT8_MAX) -> np.ndarray:
+    """int32 accumulator -> int8: ``clamp(MBQM(acc, m, s) + out_zp, act_min, act_max)``.
+
+    ``multiplier``/``shift`` may be per output channel (last axis of ``acc``).
+    """
+    out = multiply_by_quantized_multiplier(acc, multiplier, shift) + out_zp
+    return np.clip(out, act_min, act_max).astype(np.int8)
+
+
+def _quantize_scalar(f: float, scale: float, zp: int) -> int:
+    """Kernel-util ``Quantize``: ``zp + round(f / scale)`` in float32."""
+    return zp + int(round_half_away(np.float32(f) / np.float32(scale)))
+
+
+def activation_range(activation: str, scale: float, zero_point: int) -> tuple[int, int]:
+    """``CalculateActivationRangeQuantized`` for int8 output (fused activation clamp)."""
+    if activation in ("NONE", None):
+        return INT8_MIN, INT8_MAX
+    if activation == "RELU":
+        return max(INT8_MIN, _quantize_scalar(0.0, scale, zero_point)), INT8_MAX
+    if activation == "RELU6":
+        return (max(INT8_MIN, _quantize_scalar(0.0, scale, zero_point)),
+                min(INT8_MAX, _quantize_scalar(6.0, scale, zero_point)))
+    if activation == "RELU_N1_TO_1":
+        return (max(INT8_MIN, _quantize_scalar(-1.0, scale, zero_point)),
+                min(INT8_MAX, _quantize_scalar(1.0, scale, zero_point)))
+    raise ReferenceError(f"fused activation {activation} has no int8 implementation")
+
+
+def output_size(in_size: int, kernel: int, stride: int, dilation: int, pad_before: int,
+                pad_after: int) -> int:
+    """Output extent of a window op with explicit padding."""
+    eff = (kernel - 1) * dilation + 1
+    return (in_size + pad_before + pad_after - eff) // stride + 1
+
+
+def same_padding(padding: str, in_hw: Sequence[int], kernel: Sequence[int],
+                 stride: Sequence[int], dilation: Sequence[int] = (1, 1)
+                 ) -> tuple[int, int, int, int]:
+    """TFLite's ``SAME``/``VALID`` as explicit ``(top, bottom, left, right)``.
+
+    ``SAME`` puts the odd extra row/column at the bottom/right, as ``ComputePaddingHeightWidth``
+    does (kernels read from ``top``/``left`` and run to the output size).
+    """
+    pads = []
+    for n, k, s, d in zip(in_hw, kernel, stride, dilation):
+        eff = (k - 1) * d + 1
+        out = (n + s - 1) // s if padding == "SAME" else (n - eff + s) // s
+        total = max((out - 1) * s + eff - n, 0)
+        pads += [total // 2, total - total // 2]
+    return tuple(pads)  # type: ignore[return-value]
+
+
+# ===================================================== gemmlowp fixed-point (int32 raw values)
+def _add(a, b):
+    return _wrap(_i64(a) + _i64(b))
+
+
+def _mul(a, b):
+    return saturating_rounding_doubling_high_mul(a, b)
+
+
+def _exp_on_interval_between_negative_one_quarter_and_0_excl(a) -> np.ndarray:
+    constant_term = 1895147668          # exp(-1/8) in Q0.31
+    constant_1_over_3 = 715827883
+    x = _add(a, 1 << 28)                # a + 1/8
+    x2 = _mul(x, x)
+    x3 = _mul(x2, x)
+    x4 = _mul(x2, x2)
+    x4_over_4 = rounding_divide_by_pot(x4, 2)
+    poly = rounding_divide_by_pot(_add(_mul(_add(x4_over_4, x3), constant_1_over_3), x2), 1)
+    return _add(constant_term, _mul(constant_term, _add(x, poly)))
+
+
+_EXP_BARREL = ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308),
+               (2, 39332535), (3, 720401), (4, 242))
+
+
+def exp_on_negative_values(a, integer_bits: int) -> np.ndarray:
+    """gemmlowp ``exp_on_negative_values``: input Q(integer_bits), result Q0.31."""
+    a = _i64(a)
+    frac_bits = 31 - integer_bits
+    one_quarter = 1 << (frac_bits - 2)
+    a_mod_quarter_minus_one_quarter = _add(a & (one_quarter - 1), -one_quarter)
+    rescaled = (_saturating_left_shift32(a_mod_quarter_minus_one_quarter, integer_bits)
+                if integer_bits > 0 else a_mod_quarter_minus_one_quarter)
+    result = _exp_on_interval_between_negative_one_quarter_and_0_excl(rescaled)
+    remainder = _add(a_mod_quarter_minus_one_quarter, -a)
+    for exponent, multiplier in _EXP_BARREL:
+        if integer_bits > exponent:
+            bit = np.int64(1) << (frac_bits + exponent)
+            result = np.where(remainder & bit, _mul(result, multiplier), result)
+    if integer_bits > 5:
+        result = np.where(a < -(1 << (36 - integer_bits)), 0, result)
+    return np.where(a == 0, INT32_MAX, result)
+
+
+def one_over_one_plus_x_for_x_in_0_1(a) -> np.ndarray:
+    """gemmlowp ``one_over_one_plus_x_for_x_in_0_1`` (Newton-Raphson on Q2.29), Q0.31 in/out."""
+    a = _i64(a)
+    s = a + INT32_MAX
+    half_denominator = _trunc_div(s + np.where(s >= 0, 1, -1), 2)     # RoundingHalfSum(a, 1)
+    x = _add(1515870810, _mul(half_denominator, -1010580540))          # 48/17 - 32/17 * d
+    for _ in range(3):
+        one_minus = _add(1 << 29, -_mul(half_denominator, x))            # 1 - d * x
+        x = _add(x, _saturating_left_shift32(_mul(x, one_minus), 2))
+    return _saturating_left_shift32(x, 1)
+
+
+def fixed_point_logistic(a, integer_bits: int) -> np.ndarray:
+    """gemmlowp ``logistic``: input Q(integer_bits), result Q0.31."""
+    a = _i64(a)
+    positive = a > 0
+    abs_input = np.where(positive, a, _wrap(-a))
+    if_positive = one_over_one_plus_x_for_x_in_0_1(
+        exp_on_negative_values(_wrap(-abs_input), integer_bits))
+    if_negative = _add(INT32_MAX, -if_positive)
+    return np.where(a == 0, 1 << 30, np.where(positive, if_positive, if_negative))
+
+
+# ================================================================ parameters and kernels
+@dataclass(frozen=True)
+class Requant:
+    """int32 accumulator -> int8 output (see :func:`requantize`); arrays are per channel."""
+
+    multiplier: np.ndarray
+    shift: np.ndarray
+    output_zero_point: int
+    act_min: int = INT8_MIN
+    act_max: int = INT8_MAX
+
+    def __call__(self, acc) -> np.ndarray:
+        return requantize(acc, self.multiplier, self.shift, self.output_zero_point,
+                          self.act_min, self.act_max)
+
+
+def _requant(reals, out_zp: int, act: tuple[int, int]) -> Requant:
+    pairs = [quantize_multiplier(r) for r in np.atleast_1d(reals)]
+    return Requant(np.array([p[0] for p in pairs], dtype=np.int64),
+                   np.array([p[1] for p in pairs], dtype=np.int64), int(out_zp), *act)
+
+
+def conv_requant(input_scale: float, filter_scales, output_scale: float, output_zero_point: int,
+                 activation: str = "NONE") -> Requant:
+    """``PopulateConvolutionQuantizationParams``: per channel, in double precision."""
+    reals = (float(input_scale) * np.asarray(filter_scales, dtype=np.float32).astype(np.float64)
+             / float(output_scale))
+    return _requant(reals, output_zero_point,
+                    activation_range(activation, output_scale, output_zero_point))
+
+
+@dataclass(frozen=True)
+class ConvParams:
+    """CONV_2D / DEPTHWISE_CONV_2D: window geometry plus the requantization."""
+
+    stride: tuple[int, int]
+    dilation: tuple[int, int]
+    padding: tuple[int, int, int, int]        # top, bottom, left, right
+    input_zero_point: int
+    requant: Requant
+
+
+def _windows(x: np.ndarray, kernel, stride, dilation, padding, fill):
+    """Yield ``(ky, kx, view)`` with ``view[n, oy, ox, c] = xpadded[n, oy*sh + ky*dh, ...]``."""
+    n, h, w, c = x.shape
+    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
+    top, bottom, left, right = padding
+    oh = output_size(h, kh, sh, dh, top, bottom)
+    ow = output_size(w, kw, sw, dw, left, right)
+    if oh <= 0 or ow <= 0:
+        raise ReferenceError(f"window {kh}x{kw} (stride {sh}x{sw}, dilation {dh}x{dw}, "
+                             f"padding {padding}) leaves no output on a {h}x{w} input")
+    xp = np.full((n, h + top + max(bottom, 0), w + left + max(right, 0), c), fill, dtype=x.dtype)
+    xp[:, top:top + h, left:left + w, :] = x
+    for ky in range(kh):
+        for kx in range(kw):
+            y0, x0 = ky * dh, kx * dw
+            yield ky, kx, xp[:, y0:y0 + (oh - 1) * sh + 1:sh, x0:x0 + (ow - 1) * sw + 1:sw, :]
+
+
+def conv2d_int8(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None,
+                p: ConvParams) -> np.ndarray:
+    """``reference_integer_ops::ConvPerChannel`` (NHWC input, OHWI weights, grouped if
+    ``C_in > I``): ``acc = bias + sum w * (x - input_zp)`` over in-bounds taps, then requant."""
+    n, h, w, cin = x.shape
+    cout, kh, kw, cg = weights.shape
+    groups = cin // cg
+    if groups * cg != cin or cout % groups:
+        raise ReferenceError(f"conv2d: input channels {cin} do not split into groups of {cg}")
+    xs = x.astype(np.float64) - p.input_zero_point
+    wg = weights.astype(np.float64).reshape(groups, cout // groups, kh, kw, cg)
+    acc = None
+    for ky, kx, win in _windows(xs, (kh, kw), p.stride, p.dilation, p.padding, 0.0):
+        b, oh, ow, _ = win.shape
+        cols = win.reshape(b * oh * ow, groups, cg).transpose(1, 0, 2)
+        part = np.matmul(cols, wg[:, :, ky, kx, :].transpose(0, 2, 1))   # (groups, M, cout/g)
+        part = part.transpose(1, 0, 2).reshape(b, oh, ow, cout)
+        acc = part if acc is None else acc + part
+    acc = np.rint(acc).astype(np.int64)
+    if bias is not None:
+        acc = acc + bias.astype(np.int64)
+    return p.requant(_wrap(acc))
+
+
+def depthwise_conv2d_int8(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None,
+                          p: ConvParams) -> np.ndarray:
+    """``reference_integer_ops::DepthwiseConvPerChannel`` (weights ``1 x KH x KW x C_out``,
+    output channel ``c*M + m`` reads input channel ``c``)."""
+    cin = x.shape[3]
+    _, kh, kw, cout = weights.shape
+    mult = cout // cin
+    if mult * cin != cout:
+        raise ReferenceError(f"depthwise conv: {cout} output channels are not a multiple of "
+                             f"{cin} input channels")
+    xs = np.repeat(x.astype(np.int64) - p.input_zero_point, mult, axis=3)
+    w = weights.astype(np.int64)
+    acc = None
+    for ky, kx, win in _windows(xs, (kh, kw), p.stride, p.dilation, p.padding, 0):
+        part = win * w[0, ky, kx, :]
+        acc = part if acc is None else acc + part
+    if bias is not None:
+        acc = acc + bias.astype(np.int64)
+    return p.requant(_wrap(acc))
+
+
+def fully_connected_accumulate(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None,
+                               input_zero_point: int) -> np.ndarray:
+    """FULLY_CONNECTED's int32 accumulators ``bias + W (x - zp)``, shape ``(batches, units)``."""
+    units, depth = weights.shape
+    xs = x.reshape(-1, depth).astype(np.float64) - input_zero_point
+    acc = np.rint(xs @ weights.astype(np.float64).T).astype(np.int64)
+    if bias is not None:
+        acc = acc + bias.astype(np.int64)
+    return _wrap(acc)
+
+
+def fully_connected_int8(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None,
+                         input_zero_point: int, requant: Requant) -> np.ndarray:
+    """``reference_integer_ops::FullyConnected[PerChannel]`` as TFLM runs it: the
+    accumulators requantized with ``MultiplyByQuantizedMultiplier``. Returns
+    ``(batches, units)``; the caller reshapes (``keep_num_dims``)."""
+    return requant(fully_connected_accumulate(x, weights, bias, input_zero_point))
+
+
+def requantize_float(acc, real_scale, out_zp: int, act_min: int = INT8_MIN,
+                     act_max: int = INT8_MAX) -> np.ndarray:
+    """LiteRT's reference FULLY_CONNECTED requantization: ``round(double(acc) * scale)``
+    (half away from zero) with ``scale = (double) s_in * s_w / s_out``, per channel or not."""
+    out = round_half_away(_i64(acc).astype(np.float64) * np.asarray(real_scale, np.float64))
+    return np.clip(out + out_zp, act_min, act_max).astype(np.int8)
+
+
+@dataclass(frozen=True)
+class AddParams:
+    """int8 ADD (``left_shift = 20``): both inputs are rescaled to a common scale first."""
+
+    input1_zero_point: int
+    input2_zero_point: int
+    input1_multiplier: int
+    input1_shift: int
+    input2_multiplier: int
+    input2_shift: int
+    output: Requant
+    left_shift: int = 20
+
+
+def _smaller_than_one(real: float, what: str) -> tuple[int, int]:
+    """``QuantizeMultiplierSmallerThanOneExp`` (TFLM aborts outside (0, 1))."""
+    if not 0.0 < real < 1.0:
+        raise ReferenceError(f"{what}: rescale factor {real} is outside (0, 1); TFLite "
+                             "rejects this quantization")
+    return quantize_multiplier(real)
+
+
+def add_params(input1_scale: float, input1_zero_point: int, input2_scale: float,
+               input2_zero_point: int, output_scale: float, output_zero_point: int,
+               activation: str = "NONE") -> AddParams:
+    """``CalculateOpDataAdd`` for int8."""
+    left_shift = 20
+    twice_max = 2.0 * float(max(np.float32(input1_scale), np.float32(input2_scale)))
+    m1, s1 = _smaller_than_one(float(input1_scale) / twice_max, "ADD input 1")
+    m2, s2 = _smaller_than_one(float(input2_scale) / twice_max, "ADD input 2")
+    mo, so = _smaller_than_one(twice_max / ((1 << left_shift) * float(output_scale)),
+                               "ADD output")
+    act = activation_range(activation, output_scale, output_zero_point)
+    return AddParams(int(input1_zero_point), int(input2_zero_point), m1, s1, m2, s2,
+                     Requant(np.int64(mo), np.int64(so), int(output_zero_point), *act),
+                     left_shift)
+
+
+def add_int8(a: np.ndarray, b: np.ndarray, p: AddParams) -> np.ndarray:
+    """``reference_integer_ops::AddFunc`` elementwise (numpy broadcasting = TFLite's)."""
+    va = (_i64(a) - p.input1_zero_point) << p.left_shift
+    vb = (_i64(b) - p.input2_zero_point) << p.left_shift
+    sa = multiply_by_quantized_multiplier(va, p.input1_multiplier, p.input1_shift)
+    sb = multiply_by_quantized_multiplier(vb, p.input2_multiplier, p.input2_shift)
+    return p.output(_wrap(sa + sb))
+
+
+def mul_requant(input1_scale: float, input2_scale: float, output_scale: float,
+                output_zero_point: int, activation: str = "NONE") -> Requant:
+    """int8 MUL: one multiplier for ``s1 * s2 / s_out`` (double)."""
+    real = float(input1_scale) * float(input2_scale) / float(output_scale)
+    return _requant(real, output_zero_point,
+                    activation_range(activation, output_scale, output_zero_point))
+
+
+def mul_int8(a: np.ndarray, b: np.ndarray, input1_zero_point: int, input2_zero_point: int,
+             requant: Requant) -> np.ndarray:
+    """``reference_integer_ops::MulElementwise``: ``requant((a - z1) * (b - z2))``."""
+    return requant(_wrap((_i64(a) - input1_zero_point) * (_i64(b) - input2_zero_point)))
+
+
+def mean_int8(x: np.ndarray, axes: Sequence[int], input_zero_point: int, multiplier: int,
+              shift: int, output_zero_point: int) -> np.ndarray:
+    """TFLM ``QuantizedMeanOrSum`` (mean): int32 sums, multiplier pre-divided by the count.
+
+    ``(multiplier, shift) = quantize_multiplier(s_in / s_out)``; reduced axes are dropped from
+    the result (reshape for ``keep_dims``).
+    """
+    axes = tuple(sorted({a % x.ndim for a in axes}))
+    count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    sums = _wrap(x.astype(np.int64).sum(axis=axes))
+    s = min(count.bit_length() - 1, 32, 31 + shift)
+    mult = (int(multiplier) << s) // count
+    shifted = _wrap(sums - input_zero_point * count)
+    out = multiply_by_quantized_multiplier(shifted, mult, shift - s) + output_zero_point
+    return np.clip(out, INT8_MIN, INT8_MAX).astype(np.int8)
+
+
+@dataclass(frozen=True)
+class PoolParams:
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[int, int, int, int]        # top, bottom, left, right
+    act_min: int = INT8_MIN
+    act_max: int = INT8_MAX
+
+
+def average_pool_int8(x: np.ndarray, p: PoolParams) -> np.ndarray:
+    """``reference_integer_ops::AveragePool``: raw int8 sum over in-bounds taps (padding not
+    counted), divided by the tap count rounding half away from zero, then clamped."""
+    acc = cnt = None
+    ones = np.ones(x.shape[:3] + (1,), dtype=np.int64)
+    for (_, _, win), (_, _, one) in zip(
+            _windows(x.astype(np.int64), p.kernel, p.stride, (1, 1), p.padding, 0),
+            _windows(ones, p.kernel, p.stride, (1, 1), p.padding, 0)):
+        acc = win.copy() if acc is None else acc + win
+        cnt = one.copy() if cnt is None else cnt + one
+    if np.any(cnt == 0):
+        raise ReferenceError("average pool: a window lies entirely in the padding")
+    half = cnt // 2
+    avg = np.where(acc > 0, (acc + half) // cnt, -((half - acc) // cnt))
+    return np.clip(avg, p.act_min, p.act_max).astype(np.int8)
+
+
+def max_pool_int8(x: np.ndarray, p: PoolParams) -> np.ndarray:
+    """``reference_integer_ops::MaxPool``: max over in-bounds taps (at least -128), clamped."""
+    out = None
+    for _, _, win in _windows(x.astype(np.int16), p.kernel, p.stride, (1, 1), p.padding,
+                              INT8_MIN):
+        out = win.copy() if out is None else np.maximum(out, win)
+    return np.clip(out, p.act_min, p.act_max).astype(np.int8)
+
+
+def pad(x: np.ndarray, paddings, value) -> np.ndarray:
+    """PAD/PADV2: constant padding (int8 PAD pads with the output zero point)."""
+    return np.pad(x, [(int(a), int(b)) for a, b in np.asarray(paddings).reshape(-1, 2)],
+                  constant_values=value)
+
+
+def resize_nearest_neighbor(x: np.ndarray, out_hw: Sequence[int], align_corners: bool,
+                            half_pixel_centers: bool) -> np.ndarray:
+    """``reference_ops::ResizeNearestNeighbor`` (``GetNearestNeighbor`` in float32)."""
+
+    def source(out_size: int, in_size: int) -> np.ndarray:
+        if align_corners and out_size > 1:
+            scale = np.float32(in_size - 1) / np.float32(out_size - 1)
+        else:
+            scale = np.float32(in_size) / np.float32(out_size)
+        offset = np.float32(0.5 if half_pixel_centers else 0.0)
+        pos = (np.arange(out_size, dtype=np.float32) + offset) * scale
+        idx = (round_half_away(pos) if align_corners else np.floor(pos)).astype(np.int64)
+        idx = np.minimum(idx, in_size - 1)
+        return np.maximum(idx, 0) if half_pixel_centers else idx
+
+    rows = source(int(out_hw[0]), x.shape[1])
+    cols = source(int(out_hw[1]), x.shape[2])
+    return x[:, rows][:, :, cols]
+
+
+def quantize(x: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
+    """``AffineQuantize`` float -> int8: ``round(x / scale)`` in float32, plus zero point."""
+    q = round_half_away(np.asarray(x, dtype=np.float32) / np.float32(scale))
+    return np.clip(q.astype(np.float64) + zero_point, INT8_MIN, INT8_MAX).astype(np.int8)
+
+
+def dequantize(x: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
+    """``Dequantize`` int8 -> float32: ``(double) scale * (q - zp)`` cast to float."""
+    return (float(np.float32(scale)) * (_i64(x) - zero_point)).astype(np.float32)
+
+
+def requantize_int8(x: np.ndarray, input_zero_point: int, multiplier: int, shift: int,
+                    output_zero_point: int) -> np.ndarray:
+    """QUANTIZE int8 -> int8 (``reference_ops::Requantize``), ``(m, s)`` from s_in / s_out."""
+    return requantize(_i64(x) - input_zero_point, multiplier, shift, output_zero_point)
+
+
+@dataclass(frozen=True)
+class HardSwishParams:
+    input_zero_point: int
+    output_zero_point: int
+    output_multiplier: int           # int16 fixed point
+    output_exponent: int             # <= 0
+    reluish_multiplier: int          # int16 fixed point
+    reluish_exponent: int
+
+
+def _downscale_to_int16(m: int) -> int:
+    """``DownScaleInt32ToInt16Multiplier``."""
+    if m >= INT32_MAX - (1 << 15):
+        return 32767
+    return (m + (1 << 15)) >> 16
+
+
+def hard_swish_params(input_scale: float, input_zero_point: int, output_scale: float,
+                      output_zero_point: int) -> HardSwishParams:
+    """``HardSwishPrepare`` (float32 scale arithmetic, then int16 multipliers)."""
+    hires = np.float32(1.0 / 128.0) * np.float32(input_scale)
+    reluish_scale = np.float32(3.0) / np.float32(32768.0)
+    om, oe = quantize_multiplier(float(hires / np.float32(output_scale)))
+    if oe > 0:
+        raise ReferenceError("HARD_SWISH: output scale smaller than input scale / 128 is "
+                             "rejected by TFLite")
+    rm, re = quantize_multiplier(float(hires / reluish_scale))
+    return HardSwishParams(int(input_zero_point), int(output_zero_point),
+                           _downscale_to_int16(om), oe, _downscale_to_int16(rm), re)
+
+
+def hard_swish_int8(x: np.ndarray, p: HardSwishParams) -> np.ndarray:
+    """``reference_ops::HardSwish`` (int16 fixed point)."""
+
+    def sat_left_shift16(v, amount):
+        return np.clip(_i64(v) * (1 << amount), -32768, 32767)
+
+    hires = (_i64(x) - p.input_zero_point) * 128
+    preshift_output = saturating_rounding_doubling_high_mul(hires, p.output_multiplier, 16)
+    reluish = hires
+    if p.reluish_exponent > 0:
+        reluish = sat_left_shift16(reluish, p.reluish_exponent - 1)
+    reluish = saturating_rounding_doubling_high_mul(reluish, p.reluish_multiplier, 16)
+    if p.reluish_exponent > 0:
+        reluish = sat_left_shift16(reluish, 1)
+    if p.reluish_exponent < 0:
+        reluish = rounding_divide_by_pot(reluish, -p.reluish_exponent, 16)
+    reluish = (reluish + (1 << 15)) >> 1
+    out = _saturating_doubling_high_mul16(reluish, preshift_output)
+    out = _wrap(rounding_divide_by_pot(out, -p.output_exponent, 16) + p.output_zero_point, 16)
+    return np.clip(out, INT8_MIN, INT8_MAX).astype(np.int8)
+
+
+@dataclass(frozen=True)
+class LogisticParams:
+    input_zero_point: int
+    input_multiplier: int
+    input_left_shift: int
+    input_range_radius: int
+
+
+def _input_radius(integer_bits: int, left_shift: int, total_bits: int = 31) -> int:
+    """``CalculateInputRadius`` (double, floored)."""
+    return int(math.floor(((1 << integer_bits) - 1) * float(1 << (total_bits - integer_bits))
+                          / float(2.0 ** left_shift)))
+
+
+def logistic_params(input_scale: float, input_zero_point: int) -> LogisticParams:
+    """TFLM ``CalculateArithmeticOpDataLogistic`` for int8 (output must be 1/256, -128)."""
+    real = float(np.float32(input_scale)) * float(1 << (31 - 4))
+    q, left_shift = math.frexp(real)
+    multiplier = int(_wrap(round_half_away(np.float64(q * float(1 << 31))).astype(np.int64)))
+    return LogisticParams(int(input_zero_point), multiplier, left_shift,
+                          _input_radius(4, left_shift))
+
+
+def logistic_int8(x: np.ndarray, p: LogisticParams) -> np.ndarray:
+    """``reference_integer_ops::Logistic``: gemmlowp logistic on Q4.27, output Q0.8 - 128."""
+    v = _i64(x) - p.input_zero_point
+    q4 = multiply_by_quantized_multiplier(v, p.input_multiplier, p.input_left_shift)
+    q0 = fixed_point_logistic(q4, 4)
+    out = np.clip(rounding_divide_by_pot(q0, 23) - 128, INT8_MIN, INT8_MAX)
+    out = np.where(v <= -p.input_range_radius, INT8_MIN,
+                   np.where(v >= p.input_range_radius, INT8_MAX, out))
+    return out.astype(np.int8)
+
+
+@dataclass(frozen=True)
+class SoftmaxParams:
+    input_multiplier: int
+    input_left_shift: int
+    diff_min: int
+
+
+def softmax_params(beta: float, input_scale: float) -> SoftmaxParams:
+    """``PreprocessSoftmaxScaling`` with 5 integer bits, and ``diff_min``."""
+    real = min(float(np.float32(beta)) * float(np.float32(input_scale)) * float(1 << 26),
+               float((1 << 31) - 1))
+    if not real > 1.0:
+        raise ReferenceError(f"SOFTMAX: beta * input scale * 2^26 = {real} must exceed 1; "
+                             "TFLite rejects this quantization")
+    m, s = quantize_multiplier(real)
+    return SoftmaxParams(m, s, -_input_radius(5, s))
+
+
+def softmax_int8(x: np.ndarray, p: SoftmaxParams) -> np.ndarray:
+    """``reference_ops::Softmax`` int8 -> int8 (output scale 1/256, zero point -128) over the
+    last axis: fixed-point exp of the scaled difference to the row max, gemmlowp reciprocal."""
+    v = _i64(x)
+    diff = v - v.max(axis=-1, keepdims=True)
+    valid = diff >= p.diff_min
+    scaled = saturating_rounding_doubling_high_mul(_wrap(diff << p.input_left_shift),
+                                                   p.input_multiplier)
+    exps = exp_on_negative_values(scaled, 5)
+    sum_of_exps = _wrap(np.where(valid, rounding_divide_by_pot(exps, 12), 0).sum(
+        axis=-1, keepdims=True))
+    headroom = 32 - np.frexp(sum_of_exps.astype(np.float64))[1]     # count leading zeros
+    num_bits_over_unit = 12 - headroom
+    shifted_minus_one = _wrap(((sum_of_exps << headroom) & 0xFFFFFFFF) - (1 << 31))
+    shifted_scale = one_over_one_plus_x_for_x_in_0_1(shifted_minus_one)
+    exponent = num_bits_over_unit + 31 - 8
+    out = rounding_divide_by_pot(saturating_rounding_doubling_high_mul(shifted_scale, exps),
+                                 exponent) - 128
+    return np.where(valid, np.clip(out, INT8_MIN, INT8_MAX), INT8_MIN).astype(np.int8)
+
+
+def relu_int8(x: np.ndarray, input_zero_point: int, requant: Requant) -> np.ndarray:
+    """TFLM ``ReluQuantized``: requantize ``x - zp_in`` and clamp at the output zero point."""
+    return requant(_i64(x) - input_zero_point)
+
+
+def relu6_int8(x: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
+    """TFLM ``Relu6Quantized``: clamp to ``[zp, zp + round(6 / scale)]`` without rescaling."""
+    six = min(INT8_MAX, max(INT8_MIN, zero_point + int(round_half_away(
+        np.float32(6.0) / np.float32(scale)))))
+    return np.clip(x, zero_point, six).astype(np.int8)
+
+
+# ============================================================================ interpreter
+Kernel = Callable[[Sequence[np.ndarray | None]], np.ndarray]
+
+
+class _OpContext:
+    """Accessors an operator's preparation needs, with errors naming the operator."""
+
+    def __init__(self, model: TFLiteModel, op: Operator, runtime: str = TFLM):
+        self.model, self.op, self.runtime = model, op, runtime
+        self.where = f"{model.source}: operator {op.index} ({op.op})"
+
+    def tensor(self, i: int):
+        return self.model.tensors[self.op.inputs[i]] if (
+            i < len(self.op.inputs) and self.op.inputs[i] >= 0) else None
+
+    @property
+    def out(self):
+        return self.model.tensors[self.op.outputs[0]]
+
+    def unsupported(self, why: str) -> UnsupportedOperatorError:
+        return UnsupportedOperatorError(f"{self.where}: {why}", self.op.op, self.op.index)
+
+    def int8(self, *tensors) -> None:
+        for t in tensors:
+            if t.dtype != "int8" or t.quant is None:
+                raise self.unsupported(f"tensor '{t.name}' is {t.dtype}"
+                                       f"{'' if t.quant else ' without quantization'}; the "
+                                       "reference interpreter implements int8 kernels")
+
+    def scale_zp(self, t) -> tuple[float, int]:
+        if t.quant.per_channel:
+            raise self.unsupported(f"activation tensor '{t.name}' is quantized per channel")
+        return t.quant.scalar_scale, t.quant.scalar_zero_point
+
+    def const(self, i: int, what: str) -> np.ndarray:
+        t = self.tensor(i)
+        if t is None or t.data is None:
+            raise self.unsupported(f"{what} must be a constant tensor")
+        return t.data
+
+    def bias(self, i: int, units: int) -> np.ndarray | None:
+        t = self.tensor(i)
+        if t is None:
+            return None
+        if t.data is None or t.dtype != "int32" or t.size != units:
+            raise self.unsupported(f"bias '{t.name}' must be a constant int32 vector of "
+                                   f"{units} values")
+        return t.data.reshape(units)
+
+    def activation(self) -> str:
+        return self.op.options.get("fused_activation_function", "NONE")
+
+
+def conv_params(model: TFLiteModel, op: Operator) -> ConvParams:
+    """The :class:`ConvParams` TFLM prepares for a CONV_2D or DEPTHWISE_CONV_2D of ``model``
+    (weights are ``model.tensors[op.inputs[1]].data``, the bias ``op.inputs[2]``)."""
+    ctx = _OpContext(model, op)
+    x, w, out = ctx.tensor(0), ctx.tensor(1), ctx.out
+    ctx.int8(x, w, out)
+    o = op.options
+    weights = ctx.const(1, "weights")
+    if op.op == "DEPTHWISE_CONV_2D":
+        _, kh, kw, cout = weights.shape
+        if cout % x.shape[3]:
+            raise ctx.unsupported(f"{cout} output channels are not a multiple of "
+                                  f"{x.shape[3]} input channels")
+    else:
+        cout, kh, kw, _ = weights.shape
+    stride = (o.get("stride_h", 1), o.get("stride_w", 1))
+    dilation = (o.get("dilation_h_factor", 1), o.get("dilation_w_factor", 1))
+    padding = same_padding(o.get("padding", "VALID"), x.shape[1:3], (kh, kw), stride, dilation)
+    in_scale, in_zp = ctx.scale_zp(x)
+    out_scale, out_zp = ctx.scale_zp(out)
+    filter_scales = np.broadcast_to(w.quant.scale, (cout,))
+    _check_shape(ctx, (x.shape[0], output_size(x.shape[1], kh, stride[0], dilation[0],
+                                               *padding[:2]),
+                       output_size(x.shape[2], kw, stride[1], dilation[1], *padding[2:]), cout))
+    return ConvParams(stride, dilation, padding, in_zp,
+                      conv_requant(in_scale, filter_scales, out_scale, out_zp,
+                                   ctx.activation()))
+
+
+def _prep_conv(ctx: _OpContext) -> Kernel:
+    params = conv_params(ctx.model, ctx.op)
+    weights = ctx.const(1, "weights")
+    bias = ctx.bias(2, ctx.out.shape[-1])
+    fn = depthwise_conv2d_int8 if ctx.op.op == "DEPTHWISE_CONV_2D" else conv2d_int8
+    return lambda a: fn(a[0], weights, bias, params)
+
+
+def _check_shape(ctx: _OpContext, shape) -> None:
+    if tuple(shape) != ctx.out.shape:
+        raise ReferenceError(f"{ctx.where}: computed output shape {tuple(shape)} differs from "
+                             f"the model's {ctx.out.shape}")
+
+
+def _prep_fully_connected(ctx: _OpContext) -> Kernel:
+    x, w, out = ctx.tensor(0), ctx.tensor(1), ctx.out
+    ctx.int8(x, w, out)
+    weights = ctx.const(1, "weights")
+    if weights.ndim != 2:
+        raise ctx.unsupported(f"weights of rank {weights.ndim} (expected 2)")
+    units, depth = weights.shape
+    if x.size % depth:
+        raise ReferenceError(f"{ctx.where}: input of {x.size} elements is not a multiple of "
+                             f"the weights' depth {depth}")
+    in_scale, in_zp = ctx.scale_zp(x)
+    out_scale, out_zp = ctx.scale_zp(out)
+    act = activation_range(ctx.activation(), out_scale, out_zp)
+    bias = ctx.bias(2, units)
+    shape = out.shape
+    if ctx.runtime == LITERT:
+        reals = float(in_scale) * w.quant.scale.astype(np.float64) / float(out_scale)
+        return lambda a: requantize_float(fully_connected_accumulate(a[0], weights, bias, in_zp),
+                                          reals if w.quant.per_channel else reals[0], out_zp,
+                                          *act).reshape(shape)
+    if w.quant.per_channel:
+        requant = conv_requant(in_scale, w.quant.scale, out_scale, out_zp, ctx.activation())
+    else:   # GetQuantizedConvolutionMultipler: the scale product is taken in float32
+        product = np.float32(in_scale) * np.float32(w.quant.scale[0])
+        requant = _requant(float(product) / float(out_scale), out_zp, act)
+    return lambda a: fully_connected_int8(a[0], weights, bias, in_zp, requant).reshape(shape)
+
+
+def _prep_add(ctx: _OpContext) -> Kernel:
+    a, b, out = ctx.tensor(0), ctx.tensor(1), ctx.out
+    ctx.int8(a, b, out)
+    params = add_params(*ctx.scale_zp(a), *ctx.scale_zp(b), *ctx.scale_zp(out), ctx.activation())
+    return lambda v: add_int8(v[0], v[1], params)
+
+
+def _prep_mul(ctx: _OpContext) -> Kernel:
+    a, b, out = ctx.tensor(0), ctx.tensor(1), ctx.out
+    ctx.int8(a, b, out)
+    (sa, za), (sb, zb), (so, zo) = ctx.scale_zp(a), ctx.scale_zp(b), ctx.scale_zp(out)
+    requant = mul_requant(sa, sb, so, zo, ctx.activation())
+    return lambda v: mul_int8(v[0], v[1], za, zb, requant)
+
+
+def _prep_mean(ctx: _OpContext) -> Kernel:
+    x, out = ctx.tensor(0), ctx.out
+    ctx.int8(x, out)
+    axes = [int(a) for a in np.asarray(ctx.const(1, "axis")).reshape(-1)]
+    (si, zi), (so, zo) = ctx.scale_zp(x), ctx.scale_zp(out)
+    m, s = quantize_multiplier(float(si) / float(so))
+    shape = out.shape
+    return lambda v: mean_int8(v[0], axes, zi, m, s, zo).reshape(shape)
+
+
+def _prep_pool(ctx: _OpContext, fn) -> Kernel:
+    x, out = ctx.tensor(0), ctx.out
+    ctx.int8(x, out)
+    if ctx.scale_zp(x) != ctx.scale_zp(out):
+        raise ctx.unsupported("input and output quantization differ (TFLite requires equal)")
+    o = ctx.op.options
+    kernel = (o["filter_height"], o["filter_width"])
+    stride = (o["stride_h"], o["stride_w"])
+    padding = same_padding(o.get("padding", "VALID"), x.shape[1:3], kernel, stride)
+    params = PoolParams(kernel, stride, padding,
+                        *activation_range(ctx.activation(), *ctx.scale_zp(out)))
+    return lambda v: fn(v[0], params)
+
+
+def _prep_pad(ctx: _OpContext) -> Kernel:
+    x, out = ctx.tensor(0), ctx.out
+    paddings = ctx.const(1, "paddings")
+    if x.dtype == "int8":
+        ctx.int8(out)
+        value = ctx.scale_zp(out)[1]
+    else:
+        value = 0
+    if ctx.tensor(2) is not None:
+        value = ctx.const(2, "constant_values").reshape(-1)[0]
+    return lambda v: pad(v[0], paddings, value)
+
+
+def _prep_reshape(ctx: _OpContext) -> Kernel:
+    shape = ctx.out.shape
+    return lambda v: v[0].reshape(shape)
+
+
+def _prep_transpose(ctx: _OpContext) -> Kernel:
+    perm = [int(p) for p in ctx.const(1, "perm").reshape(-1)]
+    return lambda v: np.transpose(v[0], perm)
+
+
+def _prep_concatenation(ctx: _OpContext) -> Kernel:
+    if ctx.activation() != "NONE":
+        raise ctx.unsupported(f"fused activation {ctx.activation()}")
+    axis = ctx.op.options.get("axis", 0) % len(ctx.out.shape)
+    return lambda v: np.concatenate(list(v), axis=axis)
+
+
+def _prep_resize_nearest(ctx: _OpContext) -> Kernel:
+    size = [int(s) for s in ctx.const(1, "size").reshape(-1)]
+    o = ctx.op.options
+    ac, hp = bool(o.get("align_corners")), bool(o.get("half_pixel_centers"))
+    return lambda v: resize_nearest_neighbor(v[0], size, ac, hp)
+
+
+def _prep_quantize(ctx: _OpContext) -> Kernel:
+    x, out = ctx.tensor(0), ctx.out
+    ctx.int8(out)
+    so, zo = ctx.scale_zp(out)
+    if x.dtype == "float32":
+        return lambda v: quantize(v[0], so, zo)
+    ctx.int8(x)
+    si, zi = ctx.scale_zp(x)
+    m, s = quantize_multiplier(float(si) / float(so))
+    return lambda v: requantize_int8(v[0], zi, m, s, zo)
+
+
+def _prep_dequantize(ctx: _OpContext) -> Kernel:
+    x = ctx.tensor(0)
+    ctx.int8(x)
+    if ctx.out.dtype != "float32":
+        raise ctx.unsupported(f"output type {ctx.out.dtype} (expected float32)")
+    s, z = ctx.scale_zp(x)
+    return lambda v: dequantize(v[0], s, z)
+
+
+def _prep_hard_swish(ctx: _OpContext) -> Kernel:
+    x, out = ctx.tensor(0), ctx.out
+    ctx.int8(x, out)
+    params = hard_swish_params(*ctx.scale_zp(x), *ctx.scale_zp(out))
+    return lambda v: hard_swish_int8(v[0], params)
+
+
+def _prep_logistic(ctx: _OpContext) -> Kernel:
+    x, out = ctx.tensor(0), ctx.out
+    ctx.int8(x, out)
+    if ctx.scale_zp(out)[1] != INT8_MIN:
+        raise ctx.unsupported("int8 LOGISTIC needs output zero point -128")
+    params = logistic_params(*ctx.scale_zp(x))
+    return lambda v: logistic_int8(v[0], params)
+
+
+def _prep_softmax(ctx: _OpContext) -> Kernel:
+    x, out = ctx.tensor(0), ctx.out
+    ctx.int8(x, out)
+    if ctx.scale_zp(out) != (np.float32(1.0 / 256), INT8_MIN):
+        raise ctx.unsupported("int8 SOFTMAX needs output scale 1/256 and zero point -128")
+    params = softmax_params(ctx.op.options.get("beta", 1.0), ctx.scale_zp(x)[0])
+    return lambda v: softmax_int8(v[0], params)
+
+
+def _prep_relu(ctx: _OpContext) -> Kernel:
+    x, out = ctx.tensor(0), ctx.out
+    ctx.int8(x, out)
+    (si, zi), (so, zo) = ctx.scale_zp(x), ctx.scale_zp(out)
+    real = float(np.float32(si) / np.float32(so))         # the quotient is float32 in TFLM
+    requant = _requant(real, zo, (max(INT8_MIN, zo), INT8_MAX))
+    return lambda v: relu_int8(v[0], zi, requant)
+
+
+def _prep_relu6(ctx: _OpContext) -> Kernel:
+    x, out = ctx.tensor(0), ctx.out
+    ctx.int8(x, out)
+    (si, zi), (so, zo) = ctx.scale_zp(x), ctx.scale_zp(out)
+    if ctx.runtime == LITERT:     # QuantizedReluX(0, 6): requantize, then clamp
+        requant = _requant(float(np.float32(si) / np.float32(so)), zo,
+                           (max(INT8_MIN, zo), min(INT8_MAX, _quantize_scalar(6.0, so, zo))))
+        return lambda v: relu_int8(v[0], zi, requant)
+    return lambda v: relu6_int8(v[0], si, zi)
+
+
+_PREPARE: dict[str, Callable[[_OpContext], Kernel]] = {
+    "CONV_2D": _prep_conv,
+    "DEPTHWISE_CONV_2D": _prep_conv,
+    "FULLY_CONNECTED": _prep_fully_connected,
+    "ADD": _prep_add,
+    "MUL": _prep_mul,
+    "MEAN": _prep_mean,
+    "AVERAGE_POOL_2D": lambda c: _prep_pool(c, average_pool_int8),
+    "MAX_POOL_2D": lambda c: _prep_pool(c, max_pool_int8),
+    "PAD": _prep_pad,
+    "PADV2": _prep_pad,
+    "RESHAPE": _prep_reshape,
+    "TRANSPOSE": _prep_transpose,
+    "CONCATENATION": _prep_concatenation,
+    "RESIZE_NEAREST_NEIGHBOR": _prep_resize_nearest,
+    "QUANTIZE": _prep_quantize,
+    "DEQUANTIZE": _prep_dequantize,
+    "HARD_SWISH": _prep_hard_swish,
+    "LOGISTIC": _prep_logistic,
+    "SOFTMAX": _prep_softmax,
+    "RELU": _prep_relu,
+    "RELU6": _prep_relu6,
+}
+
+#: Operators the reference interpreter runs (int8 activations; QUANTIZE/DEQUANTIZE also float).
+SUPPORTED_OPS = frozenset(_PREPARE)
+
+
+class Interpreter:
+    """Runs a model with the kernels above. Parameters are prepared once, at construction
+    (raising :class:`UnsupportedOperatorError` or :class:`ReferenceError` up front).
+
+    ``runtime="tflm"`` (default) is TFLite Micro's arithmetic, the MCU specification;
+    ``runtime="litert"`` switches the two kernels where LiteRT's reference resolver differs
+    (FULLY_CONNECTED requantizes in double precision, RELU6 requantizes before clamping).
+    """
+
+    def __init__(self, model: TFLiteModel, runtime: str = TFLM):
+        if runtime not in RUNTIMES:
+            raise ValueError(f"unknown runtime {runtime!r} (use one of {RUNTIMES})")
+        check_operators(model, SUPPORTED_OPS, "reference interpreter")
+        self.model = model
+        self.runtime = runtime
+        self._kernels = [_PREPARE[op.op](_OpContext(model, op, runtime))
+                         for op in model.operators]
+
+    def _feed(self, inputs) -> dict[int, np.ndarray]:
+        model = self.model
+        if isinstance(inputs, np.ndarray):
+            inputs = [inputs]
+        if isinstance(inputs, Mapping):
+            by_name = {model.tensors[i].name: i for i in model.inputs}
+            inputs = {by_name.get(k, k): v for k, v in inputs.items()}
+            missing = [i for i in model.inputs if i not in inputs]
+            if missing:
+                raise ReferenceError(f"{model.source}: no value for input tensor "
+                                     f"'{model.tensors[missing[0]].name}'")
+            inputs = [inputs[i] for i in model.inputs]
+        inputs = list(inputs)
+        if len(inputs) != len(model.inputs):
+            raise ReferenceError(f"{model.source}: {len(inputs)} inputs given, the model has "
+                                 f"{len(model.inputs)}")
+        values: dict[int, np.ndarray] = {}
+        for i, arr in zip(model.inputs, inputs):
+            t = model.tensors[i]
+            arr = np.asarray(arr)
+            if arr.shape != t.shape or arr.dtype != np.dtype(t.dtype):
+                raise ReferenceError(f"{model.source}: input '{t.name}' must be {t.dtype} of "
+                                     f"shape {list(t.shape)}, got {arr.dtype} "
+                                     f"{list(arr.shape)}")
+            values[i] = arr
+        return values
+
+    def run_all(self, inputs) -> dict[int, np.ndarray]:
+        """Every activation tensor (graph inputs and every operator output) by tensor index."""
+        values = self._feed(inputs)
+        tensors = self.model.tensors
+        for op, kernel in zip(self.model.operators, self._kernels):
+            args = [None if i < 0 else (tensors[i].data if tensors[i].data is not None
+                                        else values[i]) for i in op.inputs]
+            out = np.asarray(kernel(args))
+            t = tensors[op.outputs[0]]
+            values[op.outputs[0]] = out.astype(t.dtype, copy=False).reshape(t.shape)
+        return values
+
+    def run(self, inputs) -> list[np.ndarray]:
+        """The graph outputs, in the model's output order."""
+        values = self.run_all(inputs)
+        return [values[i] for i in self.model.outputs]
+
+
+def run(model: TFLiteModel, inputs, runtime: str = TFLM) -> list[np.ndarray]:
+    """One-shot :meth:`Interpreter.run`; ``inputs`` is an array, a list in model input order,
+    or a dict keyed by input tensor index or name."""
+    return Interpreter(model, runtime).run(inputs)
+
+
+def run_all(model: TFLiteModel, inputs, runtime: str = TFLM) -> dict[int, np.ndarray]:
+    """One-shot :meth:`Interpreter.run_all`."""
+    return Interpreter(model, runtime).run_all(inputs)
