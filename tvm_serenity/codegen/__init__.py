@@ -1,0 +1,26 @@
+"""int8 kernels as TIR, built for the host (llvm) and emitted as plain C for microcontrollers.
+
+* ``spec``: :class:`LayerSpec` (what a kernel computes: op, geometry, baked quantization) and
+  the calling convention, :func:`kernel_params`, shared by the TIR buffers and the C pointers.
+* ``kernels``: :func:`make_prim_func` generates the TIR of one layer in the Right In-Place
+  layout (one workspace, input right-aligned, output left-aligned, gather before write) or the
+  dual-buffer layout, from one generator; :func:`build_llvm` compiles it for the host.
+* ``plain_c``: :func:`emit_c_kernel` lowers the same TIR to a C99 function with no TVM runtime
+  symbols (the ``"serenity_plain_c"`` TIR pipeline), for the graph-level C emitter and Pico
+  firmware.
+
+Supported ops: CONV_2D (any kernel, stride, dilation, asymmetric padding; pointwise is the 1x1
+case), DEPTHWISE_CONV_2D (multiplier 1), MAX_POOL_2D, AVERAGE_POOL_2D and same-shape ADD, all
+bit-exact with TFLite's int8 reference kernels (``frontend.reference``).
+"""
+
+from .kernels import build_llvm, default_kernel_name, make_prim_func
+from .plain_c import PIPELINE, c_prototype, emit_c_kernel, pointer_params
+from .spec import (LAYOUTS, OPS, AddRescale, CodegenError, KernelParam, LayerSpec,
+                   kernel_params)
+
+__all__ = [
+    "LAYOUTS", "OPS", "AddRescale", "CodegenError", "KernelParam", "LayerSpec", "kernel_params",
+    "build_llvm", "default_kernel_name", "make_prim_func",
+    "PIPELINE", "c_prototype", "emit_c_kernel", "pointer_params",
+]

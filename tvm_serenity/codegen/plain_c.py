@@ -1,0 +1,122 @@
+"""Plain C99 kernels for microcontrollers: no TVM runtime, no packed calling convention.
+
+``tvm.tirx.build(f, target="c")`` normally emits TVM's packed ABI (``TVMBackend*`` calls,
+``DLTensor`` arguments).  For an MCU we want ``void f(int8_t *ws, const int8_t *weight, ...)``,
+so :func:`emit_c_kernel`
+
+1. turns every buffer parameter into a pointer parameter with a ``DeclBuffer`` on it
+   (:func:`pointer_params`),
+2. lowers with the ``"serenity_plain_c"`` TIR pipeline: ``FlattenBuffer`` (which resolves the
+   RiP views, e.g. the input at ``ws + S - N_in``) and ``LowerIntrin``, nothing else.  The
+   generated kernels are already scheduled loop nests over flat buffers with no large
+   allocation, so the s_tir pipeline's scheduling passes have nothing to do; ``MakePackedAPI``
+   and ``LowerTVMBuiltin`` (packed ABI, ``TVMBackendAllocWorkspace``) are exactly what we
+   must not run; and ``StmtSimplify`` would re-inline the let-bound requantization
+   temporaries, leaving unused C locals that ``-Wall -Werror`` rejects,
+3. cuts the function definition out of CodeGenC's translation unit (dropping the TVM
+   headers, ``TVM_DLL`` and the trailing ``__tvm_ffi_main`` stub) and gives it the ABI's
+   ``const``-qualified prototype (:func:`c_prototype`).
+
+The result needs only ``<stdint.h>``.  On Cortex-M0+ the only external symbols are libgcc's
+``__aeabi_*`` helpers: ``__aeabi_lmul`` for the int64 product of the requantization and
+``__aeabi_idiv`` for AVERAGE_POOL's per-output division.  Right shifts of negative
+``int32_t`` are assumed arithmetic and ``uint32_t -> int32_t`` conversions modular (true of
+GCC and Clang on every target).
+"""
+
+from __future__ import annotations
+
+import re
+
+import tvm
+from tvm import tirx
+from tvm.tirx import compilation_pipeline
+
+from .kernels import make_prim_func
+from .spec import CodegenError, LayerSpec, kernel_params
+
+PIPELINE = "serenity_plain_c"
+
+
+def _plain_c_pipeline():
+    lower = tvm.transform.Sequential([tirx.transform.FlattenBuffer()],
+                                     name="serenity.PlainCLowering")
+
+    def finalize_host():
+        return tvm.transform.Sequential([tirx.transform.LowerIntrin()])
+
+    return lower, finalize_host, compilation_pipeline.finalize_device_passes
+
+
+compilation_pipeline.register_tir_pipeline(PIPELINE, _plain_c_pipeline)
+
+
+def pointer_params(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """``func`` with each buffer parameter replaced by a same-named pointer parameter that the
+    buffer is declared on (CodeGenC then prints ``int8_t* ws`` instead of a ``DLTensor``)."""
+    params, declarations = [], []
+    for param in func.params:
+        if isinstance(param.ty, tirx.BufferType):
+            pointer = tirx.Var(param.name, tvm.ir.PointerType(param.ty.dtype))
+            params.append(pointer)
+            declarations.append(tirx.DeclBuffer(param, data=pointer))
+        else:
+            params.append(param)
+    return tirx.PrimFunc(params, tirx.SeqStmt(declarations + [func.body]), func.ret_type,
+                         func.attrs)
+
+
+def c_prototype(spec: LayerSpec, layout: str, name: str) -> str:
+    """``void name(<ABI parameters>)`` without the semicolon."""
+    args = ", ".join(p.c_declaration for p in kernel_params(spec, layout))
+    return f"void {name}({args})"
+
+
+def _abi_comment(spec: LayerSpec, layout: str) -> str:
+    g = spec.geometry
+    lines = [f"{spec.op}: input {g.in_height}x{g.in_width}x{g.in_channels} -> output "
+             f"{g.out_height}x{g.out_width}x{g.out_channels} (int8 NHWC), kernel "
+             f"{g.kernel[0]}x{g.kernel[1]}, stride {g.stride[0]}x{g.stride[1]}, dilation "
+             f"{g.dilation[0]}x{g.dilation[1]}, padding t{g.padding[0]} b{g.padding[1]} "
+             f"l{g.padding[2]} r{g.padding[3]}."]
+    if layout == "rip":
+        lines.append(f"RiP: ws[{spec.rip_workspace_bytes}] holds the input at ws + "
+                     f"{spec.rip_input_offset} ({spec.input_bytes} B) and receives the output "
+                     f"at ws + 0 ({spec.output_bytes} B).")
+    else:
+        lines.append(f"Dual buffer: input[{spec.input_bytes}], output[{spec.output_bytes}].")
+    sizes = ", ".join(f"{p.name}[{p.elements}]" for p in kernel_params(spec, layout)
+                      if p.name not in ("ws", "input", "output"))
+    if sizes:
+        lines.append(f"Element counts: {sizes}.")
+    if spec.op in ("conv2d", "depthwise_conv2d"):
+        lines.append(f"Baked: input_zero_point {spec.input_zero_point}, output_zero_point "
+                     f"{spec.output_zero_point}, clamp [{spec.act_min}, {spec.act_max}]; "
+                     "multipliers must lie in [0, 2^31).")
+    return "/* " + "\n * ".join(lines) + "\n */"
+
+
+def emit_c_kernel(spec: LayerSpec, layout: str = "rip", name: str | None = None) -> str:
+    """A C99 definition of ``spec``'s kernel, preceded by ``#include <stdint.h>``, a comment
+    stating its ABI and its prototype (see ``spec.py`` for the parameter order)."""
+    func = make_prim_func(spec, layout, name)
+    symbol = str(func.attrs["global_symbol"])
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", symbol):
+        raise CodegenError(f"kernel name {symbol!r} is not a C identifier")
+    source = tvm.tirx.build(pointer_params(func), target="c",
+                            pipeline=PIPELINE).inspect_source()
+    params = kernel_params(spec, layout)
+    header = re.search(rf"^TVM_DLL void {symbol}\((?P<args>[^)]*)\) {{\n", source, re.M)
+    if header is None:
+        raise CodegenError(f"CodeGenC emitted no definition of {symbol}")
+    emitted = [arg.rsplit("*", 1)[-1].strip() for arg in header["args"].split(",")]
+    if emitted != [p.name for p in params]:
+        raise CodegenError(f"CodeGenC parameters {emitted} differ from the ABI "
+                           f"{[p.name for p in params]}")
+    end = source.index("\n}\n", header.end())
+    body = source[header.end():end + 3]
+    if re.search(r"tvm|TVM", body):
+        raise CodegenError(f"{symbol} still refers to the TVM runtime")
+    prototype = c_prototype(spec, layout, symbol)
+    return (f"#include <stdint.h>\n\n{_abi_comment(spec, layout)}\n{prototype};\n\n"
+            f"{prototype} {{\n{body}")

@@ -1,0 +1,321 @@
+"""What a generated int8 kernel computes, and its calling convention (the ABI).
+
+A :class:`LayerSpec` fixes everything that is baked into a kernel at generation time: the
+operator, its window geometry (a :class:`~tvm_serenity.rip.ConvGeometry`), the scalar
+quantization (zero points, activation clamp, ADD's rescale factors) and, for the RiP layout,
+the workspace size ``S``.  Per-channel arrays (weights, bias, multipliers, shifts) are *not*
+baked: they are pointer parameters, so a graph emitter can keep them in flash as ``const``
+tables and the kernel text stays independent of the trained values.
+
+Layouts (docs/rip.md):
+
+* ``"rip"``: one flat int8 workspace ``ws`` of ``S >= S*`` bytes.  The input is right-aligned
+  (flat input element ``j`` at ``ws[S - N_in + j]``), the output is written left-aligned
+  (element ``i`` at ``ws[i]``), pixels in row-major order, each pixel's receptive field gathered
+  into ``scratch`` before any of its outputs is written.
+* ``"dual"``: the same loops on a separate ``input`` and ``output`` buffer.
+
+Parameter order (:func:`kernel_params`; every tensor is flat, NHWC, row-major):
+
+====================  ==========================================================================
+op                    parameters (``rip`` | ``dual``), then the rest
+====================  ==========================================================================
+conv2d                ``ws`` | ``input, output``; ``weight`` (int8 OHWI, ``C_out*KH*KW*C_in``),
+                      ``bias``, ``multiplier``, ``shift`` (int32, ``C_out`` each), ``scratch``
+depthwise_conv2d      as conv2d with ``weight`` int8 ``KH*KW*C`` (TFLite's ``1 x KH x KW x C``)
+max/avg_pool2d        ``ws`` | ``input, output``; ``scratch``
+add                   ``ws`` (holds input 1, receives the output) | ``input, output``;
+                      then ``input2`` (int8, same shape)
+====================  ==========================================================================
+
+``scratch`` is int16, ``KH*KW*C_in`` elements (:attr:`LayerSpec.scratch_bytes`), caller-owned
+and reusable between layers.  Pointers need their element type's natural alignment (int16:
+2 bytes, int32: 4 bytes); ``ws``, ``input`` and ``output`` are byte arrays and may sit at any
+arena offset.  Conv/depthwise semantics are TFLite's per-channel int8 reference
+kernels (``acc = bias + sum w * (x - input_zero_point)`` over in-bounds taps, then
+``MultiplyByQuantizedMultiplier`` with double rounding, ``+ output_zero_point``, clamp to
+``[act_min, act_max]``); pass a zero bias for a layer without one.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+
+from ..errors import SerenityError
+from ..rip import ConvGeometry, RipArgumentError, RipWorkspace, rip_workspace_for_geometry
+
+OPS = ("conv2d", "depthwise_conv2d", "max_pool2d", "avg_pool2d", "add")
+LAYOUTS = ("rip", "dual")
+INT8_MIN, INT8_MAX = -128, 127
+INT32_MAX = (1 << 31) - 1
+
+_CTYPES = {"int8": "int8_t", "int16": "int16_t", "int32": "int32_t"}
+
+
+class CodegenError(SerenityError, ValueError):
+    """A layer or layout the kernel generator cannot produce; the message says why."""
+
+
+@dataclass(frozen=True)
+class AddRescale:
+    """TFLite int8 ADD's integer parameters (``CalculateOpDataAdd``, ``left_shift = 20``).
+
+    Input 1's zero point and the output zero point / clamp live in the :class:`LayerSpec`.
+    Every shift here is ``<= 0`` (TFLite's "smaller than one" multipliers).
+    """
+
+    input2_zero_point: int
+    input1_multiplier: int
+    input1_shift: int
+    input2_multiplier: int
+    input2_shift: int
+    output_multiplier: int
+    output_shift: int
+    left_shift: int = 20
+
+    def __post_init__(self):
+        for name in self.__dataclass_fields__:
+            object.__setattr__(self, name, _as_int(name, getattr(self, name)))
+        for name in ("input1", "input2", "output"):
+            multiplier = getattr(self, f"{name}_multiplier")
+            shift = getattr(self, f"{name}_shift")
+            if not 0 <= multiplier <= INT32_MAX or not -31 <= shift <= 0:
+                raise CodegenError(f"ADD {name} rescale ({multiplier}, {shift}) is not a "
+                                   "multiplier in [0, 2^31) with a shift in [-31, 0]")
+        _check_int8("input2_zero_point", self.input2_zero_point)
+        if not 0 <= self.left_shift <= 22:
+            raise CodegenError(f"ADD left_shift {self.left_shift} overflows int32 "
+                               "(int8 differences need left_shift <= 22)")
+
+
+def _as_int(name: str, value) -> int:
+    """``value`` as a Python int (numpy integers accepted; bools and floats rejected)."""
+    if isinstance(value, bool):
+        raise CodegenError(f"{name} must be an integer, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise CodegenError(f"{name} must be an integer, got {value!r}") from None
+
+
+def _check_int8(name: str, value: int):
+    if not INT8_MIN <= value <= INT8_MAX:
+        raise CodegenError(f"{name} must be an int8 value, got {value!r}")
+
+
+def _axis_reads_padding(n_in: int, n_out: int, k: int, s: int, d: int, before: int) -> bool:
+    """Whether some window tap along one axis falls outside ``[0, n_in)``."""
+    return before > 0 or (n_out - 1) * s - before + (k - 1) * d > n_in - 1
+
+
+@dataclass(frozen=True)
+class KernelParam:
+    """One parameter of a generated kernel, in ABI order."""
+
+    name: str
+    dtype: str          # "int8" | "int16" | "int32"
+    elements: int
+    writable: bool      # False: the C prototype declares it ``const``
+
+    @property
+    def ctype(self) -> str:
+        return _CTYPES[self.dtype]
+
+    @property
+    def c_declaration(self) -> str:
+        return f"{'' if self.writable else 'const '}{self.ctype} *{self.name}"
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One int8 layer to generate a kernel for; build it with the classmethods."""
+
+    op: str
+    geometry: ConvGeometry
+    input_zero_point: int = 0
+    output_zero_point: int = 0
+    act_min: int = INT8_MIN
+    act_max: int = INT8_MAX
+    add: AddRescale | None = None
+    workspace_bytes: int | None = None      # RiP workspace S; None means the minimum S*
+    rip: RipWorkspace = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        g = self.geometry
+        if self.op not in OPS:
+            raise CodegenError(f"op must be one of {OPS}, got {self.op!r}")
+        if not isinstance(g, ConvGeometry):
+            raise CodegenError(f"geometry must be a ConvGeometry, got {type(g).__name__}")
+        for name in ("input_zero_point", "output_zero_point", "act_min", "act_max"):
+            object.__setattr__(self, name, _as_int(name, getattr(self, name)))
+            _check_int8(name, getattr(self, name))
+        if self.act_min > self.act_max:
+            raise CodegenError(f"act_min {self.act_min} exceeds act_max {self.act_max}")
+        channels = g.in_channels
+        if self.op == "conv2d" and g.groups != 1:
+            raise CodegenError(f"conv2d kernels are not grouped, got groups={g.groups} "
+                               "(use depthwise_conv2d for groups == channels)")
+        if self.op != "conv2d" and not (g.groups == channels == g.out_channels):
+            raise CodegenError(f"{self.op} needs groups == in_channels == out_channels, got "
+                               f"groups={g.groups}, {channels} -> {g.out_channels}")
+        if self.op in ("max_pool2d", "avg_pool2d") and g.dilation != (1, 1):
+            raise CodegenError(f"{self.op} has no dilation, got {g.dilation}")
+        if self.op == "avg_pool2d" and self._has_empty_window():
+            raise CodegenError("avg_pool2d: some window lies entirely in the padding "
+                               "(TFLite divides by a zero tap count)")
+        if self.op == "add":
+            if self.add is None:
+                raise CodegenError("add needs its AddRescale parameters")
+            if g.kernel != (1, 1) or g.stride != (1, 1) or any(g.padding):
+                raise CodegenError("add is elementwise: kernel 1, stride 1, no padding")
+        elif self.add is not None:
+            raise CodegenError(f"{self.op} takes no AddRescale")
+        rip = rip_workspace_for_geometry(g)
+        object.__setattr__(self, "rip", rip)
+        if self.workspace_bytes is not None:
+            object.__setattr__(self, "workspace_bytes",
+                               _as_int("workspace_bytes", self.workspace_bytes))
+            if self.workspace_bytes < rip.workspace_bytes:
+                raise CodegenError(f"workspace_bytes {self.workspace_bytes!r} is below the "
+                                   f"corruption-free minimum S* = {rip.workspace_bytes}")
+
+    def _has_empty_window(self) -> bool:
+        g = self.geometry
+        for n_in, n_out, k, s, before in ((g.in_height, g.out_height, g.kernel[0], g.stride[0],
+                                           g.padding[0]),
+                                          (g.in_width, g.out_width, g.kernel[1], g.stride[1],
+                                           g.padding[2])):
+            for x in range(n_out):
+                if all(not 0 <= x * s - before + i < n_in for i in range(k)):
+                    return True
+        return False
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def conv2d(cls, in_hwc, out_channels, kernel, stride=1, dilation=1, padding=(0, 0, 0, 0),
+               **quant) -> "LayerSpec":
+        """int8 CONV_2D (OHWI weights); ``padding=(top, bottom, left, right)``; ``quant``:
+        ``input_zero_point, output_zero_point, act_min, act_max, workspace_bytes``."""
+        return cls("conv2d", _geometry(in_hwc, out_channels, kernel, stride, dilation,
+                                       padding, 1), **quant)
+
+    @classmethod
+    def pointwise_conv2d(cls, in_hwc, out_channels, **quant) -> "LayerSpec":
+        """1x1, stride 1, unpadded CONV_2D (the kernel has no bounds checks at all)."""
+        return cls.conv2d(in_hwc, out_channels, 1, **quant)
+
+    @classmethod
+    def depthwise_conv2d(cls, in_hwc, kernel, stride=1, dilation=1, padding=(0, 0, 0, 0),
+                         **quant) -> "LayerSpec":
+        """int8 DEPTHWISE_CONV_2D with depth multiplier 1."""
+        channels = _channels(in_hwc)
+        return cls("depthwise_conv2d", _geometry(in_hwc, channels, kernel, stride, dilation,
+                                                 padding, channels), **quant)
+
+    @classmethod
+    def max_pool2d(cls, in_hwc, kernel, stride=1, padding=(0, 0, 0, 0), **quant) -> "LayerSpec":
+        """int8 MAX_POOL_2D (padding taps ignored; ``act_min/act_max`` clamp the result)."""
+        return cls._pool("max_pool2d", in_hwc, kernel, stride, padding, quant)
+
+    @classmethod
+    def avg_pool2d(cls, in_hwc, kernel, stride=1, padding=(0, 0, 0, 0), **quant) -> "LayerSpec":
+        """int8 AVERAGE_POOL_2D (sum of in-bounds taps / their count, rounded half away)."""
+        return cls._pool("avg_pool2d", in_hwc, kernel, stride, padding, quant)
+
+    @classmethod
+    def _pool(cls, op, in_hwc, kernel, stride, padding, quant) -> "LayerSpec":
+        channels = _channels(in_hwc)
+        return cls(op, _geometry(in_hwc, channels, kernel, stride, 1, padding, channels),
+                   **quant)
+
+    @classmethod
+    def elementwise_add(cls, hwc, rescale: AddRescale, **quant) -> "LayerSpec":
+        """int8 ADD of two same-shape tensors; ``input_zero_point`` is input 1's."""
+        channels = _channels(hwc)
+        return cls("add", _geometry(hwc, channels, 1, 1, 1, (0, 0, 0, 0), channels),
+                   add=rescale, **quant)
+
+    # ------------------------------------------------------------------ derived sizes
+    @property
+    def input_bytes(self) -> int:
+        return self.geometry.input_elements
+
+    @property
+    def output_bytes(self) -> int:
+        return self.geometry.output_elements
+
+    @property
+    def rip_workspace_bytes(self) -> int:
+        """``S`` of the RiP layout: ``workspace_bytes`` or the minimum ``S*``."""
+        return self.workspace_bytes if self.workspace_bytes is not None \
+            else self.rip.workspace_bytes
+
+    @property
+    def rip_input_offset(self) -> int:
+        """Where the input starts in the RiP workspace: ``S - N_in``."""
+        return self.rip_workspace_bytes - self.input_bytes
+
+    @property
+    def window_elements(self) -> int:
+        """``KH*KW*C_in``: one pixel's receptive field (0 for ADD, which gathers nothing)."""
+        g = self.geometry
+        return 0 if self.op == "add" else g.kernel[0] * g.kernel[1] * g.in_channels
+
+    @property
+    def scratch_bytes(self) -> int:
+        """Size of the int16 ``scratch`` parameter in bytes."""
+        return 2 * self.window_elements
+
+    @property
+    def weight_elements(self) -> int:
+        g = self.geometry
+        if self.op == "conv2d":
+            return g.out_channels * self.window_elements
+        return self.window_elements if self.op == "depthwise_conv2d" else 0
+
+    @property
+    def pads_height(self) -> bool:
+        """Whether some window row falls outside the input (the kernel checks rows)."""
+        g = self.geometry
+        return _axis_reads_padding(g.in_height, g.out_height, g.kernel[0], g.stride[0],
+                                   g.dilation[0], g.padding[0])
+
+    @property
+    def pads_width(self) -> bool:
+        """Whether some window column falls outside the input (the kernel checks columns)."""
+        g = self.geometry
+        return _axis_reads_padding(g.in_width, g.out_width, g.kernel[1], g.stride[1],
+                                   g.dilation[1], g.padding[2])
+
+
+def _geometry(in_hwc, out_channels, kernel, stride, dilation, padding, groups) -> ConvGeometry:
+    try:
+        return ConvGeometry(in_hwc, out_channels, kernel, stride, dilation, padding, groups)
+    except RipArgumentError as error:
+        raise CodegenError(str(error)) from None
+
+
+def _channels(in_hwc) -> int:
+    """The validated channel count of ``(H, W, C)``."""
+    return _geometry(in_hwc, 1, 1, 1, 1, (0, 0, 0, 0), 1).in_channels
+
+
+def kernel_params(spec: LayerSpec, layout: str) -> tuple[KernelParam, ...]:
+    """The kernel's parameters in ABI order (see the module docstring)."""
+    if layout not in LAYOUTS:
+        raise CodegenError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if layout == "rip":
+        params = [KernelParam("ws", "int8", spec.rip_workspace_bytes, True)]
+    else:
+        params = [KernelParam("input", "int8", spec.input_bytes, False),
+                  KernelParam("output", "int8", spec.output_bytes, True)]
+    if spec.op == "add":
+        return tuple(params + [KernelParam("input2", "int8", spec.input_bytes, False)])
+    if spec.op in ("conv2d", "depthwise_conv2d"):
+        channels = spec.geometry.out_channels
+        params += [KernelParam("weight", "int8", spec.weight_elements, False),
+                   KernelParam("bias", "int32", channels, False),
+                   KernelParam("multiplier", "int32", channels, False),
+                   KernelParam("shift", "int32", channels, False)]
+    return tuple(params + [KernelParam("scratch", "int16", spec.window_elements, True)])
