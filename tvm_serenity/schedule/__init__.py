@@ -60,3 +60,15 @@ def schedule(graph: Graph, method: str = "stored", *, inplace: bool = True,
         raise GraphError(f"unknown scheduling method '{method}' "
                          f"(choose from {', '.join(sorted(METHODS))})")
     return METHODS[method](graph, inplace=inplace, time_limit=time_limit, seed=seed, **options)
+
+
+# Exact searches (docs/serenity.md): registered after the baselines they start from.
+from . import budget, divide, dp  # noqa: E402
+
+register_method("greedy")(dp.greedy_method)
+register_method("textbook")(dp.textbook_method)
+register_method("dp")(dp.dp_method)
+register_method("astar")(dp.astar_method)
+register_method("descent")(dp.descent_method)
+register_method("budget")(budget.budget_method)
+register_method("serenity")(divide.serenity_method)
