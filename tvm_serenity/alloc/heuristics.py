@@ -1,0 +1,204 @@
+"""The peers' arena planners, re-implemented faithfully, plus in-place placement.
+
+``linear`` (TFLite Micro's ``LinearMemoryPlanner``): no reuse; tensors back to back in the
+order they are added (TFLM adds tensors in flatbuffer tensor-index order; here: the graph's
+stored node order). The arena is the sum of all padded sizes.
+
+``greedy`` (TFLite Micro's ``GreedyMemoryPlanner``, ``greedy_memory_planner.cc``): TFLM pads
+every size to the alignment before ``AddBuffer``. ``CalculateOffsetsIfNeeded`` writes the
+buffers into its sort array from the tail (the last added first) and bubble-sorts it by size,
+descending and stably: the largest first, **equal sizes in reverse add order**. The first buffer
+goes at offset 0; each next one walks the already placed buffers in offset order, skipping those
+whose lifetime ``[first_used, last_used]`` (inclusive) does not intersect its own, and takes
+the **first** gap between the running end of the previous intersecting buffers and the next
+one's offset that is large enough, else the end of the last one (first fit).
+
+``bestfit`` (TFLite's ``ArenaPlanner`` + ``SimpleMemoryArena``, ``arena_planner.cc`` /
+``simple_memory_arena.cc``): ``CreateTensorAllocationVector`` orders the tensors: first those
+allocated at node 0 and never deallocated (here: present from step 0 and graph outputs), by
+tensor index; then all others by size (raw bytes) descending, equal sizes by allocation node
+ascending (``std::sort`` leaves further ties unspecified: here by tensor index).
+``SimpleMemoryArena::Allocate`` walks the placed allocations in offset order, skipping those
+whose ``[first_node, last_node]`` misses its own, and takes the **smallest** gap that fits
+(``aligned_current + size <= alloc.offset``, a strictly smaller fit replaces the best; the fit
+it records is measured from the *unaligned* running end, a quirk kept here), else the aligned
+running end. Zero-byte tensors get offset 0.
+
+Lifetimes are the memory model's (``memory.liveness``): graph inputs die at their last consumer,
+where TFLite itself keeps them alive for the whole run.
+
+In-place extension (only when the liveness declares in-place steps; with ``inplace=False``
+liveness the planners above are exactly the peers'). When a tensor is placed and its in-place
+partner (the other tensor of an in-place step) is already placed, three candidates are tried:
+
+1. *in place*: the spot the in-place rule dictates relative to the partner (output at the input's
+   offset minus ``gap``, or input at the output's offset plus ``gap``) if it is non-negative and
+   free of everything but the partner: taken whenever possible;
+2. *right shift*: the output at the input's offset ``p`` and the input memmoved to ``p + gap``
+   before the step (:class:`~tvm_serenity.alloc.plan.Move`), if both are free (the moved copy
+   at that step only): taken when its region ends lower than the planner's own choice would;
+3. otherwise the planner's own (first-fit / best-fit) placement, input and output disjoint.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from ..graph import Graph
+from ..memory import Liveness
+from .plan import ArenaPlan, Move, make_plan, padded, sharings
+
+__all__ = ["plan_linear", "plan_greedy", "plan_bestfit"]
+
+
+def plan_linear(graph: Graph, liveness: Liveness, alignment: int = 1, **_) -> ArenaPlan:
+    t0 = time.perf_counter()
+    offsets, top = {}, 0
+    for name, lt in liveness.lifetimes.items():
+        offsets[name] = top
+        top += padded(lt.bytes, alignment)
+    return make_plan("linear", liveness, alignment, offsets, (), (), time.perf_counter() - t0)
+
+
+def plan_greedy(graph: Graph, liveness: Liveness, alignment: int = 1, **_) -> ArenaPlan:
+    t0 = time.perf_counter()
+    layout = _Layout(liveness, alignment)
+    index = {n: i for i, n in enumerate(liveness.lifetimes)}
+    order = sorted((n for n in liveness.lifetimes if layout.pad[n] > 0),
+                   key=lambda n: (-layout.pad[n], -index[n]))
+    for name in order:
+        layout.place(name, layout.first_fit)
+    return layout.plan("greedy", time.perf_counter() - t0)
+
+
+def plan_bestfit(graph: Graph, liveness: Liveness, alignment: int = 1, **_) -> ArenaPlan:
+    t0 = time.perf_counter()
+    layout = _Layout(liveness, alignment)
+    lts = liveness.lifetimes
+    index = {n: i for i, n in enumerate(lts)}
+    outputs = set(graph.outputs)
+
+    def whole_run(n: str) -> bool:
+        return lts[n].start == 0 and n in outputs
+
+    order = sorted((n for n in lts if lts[n].bytes > 0),
+                   key=lambda n: (0, index[n]) if whole_run(n)
+                   else (1, -lts[n].bytes, lts[n].start, index[n]))
+    for name in order:
+        layout.place(name, layout.best_fit)
+    return layout.plan("bestfit", time.perf_counter() - t0)
+
+
+# --------------------------------------------------------------------------------- layout
+@dataclass(frozen=True)
+class _Entry:
+    offset: int
+    size: int      # padded bytes
+    raw: int       # bytes (TFLite's best fit measures running ends with these)
+    start: int
+    end: int
+    tensor: str
+
+
+class _Layout:
+    """Placed buffers in offset order (equal offsets: in placement order), and the in-place
+    decisions taken so far."""
+
+    def __init__(self, liveness: Liveness, alignment: int):
+        self.liveness = liveness
+        self.alignment = alignment
+        self.lts = liveness.lifetimes
+        self.pad = {n: padded(lt.bytes, alignment) for n, lt in self.lts.items()}
+        self.entries: list[_Entry] = []
+        self.offsets = {n: 0 for n in self.lts}        # zero-byte tensors stay at 0
+        self.placed: set[str] = set()
+        self.partners = {}                              # tensor -> its Sharings
+        for s in sharings(liveness, alignment):
+            self.partners.setdefault(s.pair.input, []).append(s)
+            self.partners.setdefault(s.pair.output, []).append(s)
+        self.shared: list = []
+        self.moves: list[Move] = []
+
+    # ------------------------------------------------------------------ the peers' fits
+    def first_fit(self, name: str) -> int:
+        """TFLM GreedyMemoryPlanner: the first gap among time-overlapping buffers."""
+        lt, size = self.lts[name], self.pad[name]
+        candidate = 0
+        for e in self.entries:
+            if e.start > lt.end or lt.start > e.end:
+                continue
+            if e.offset - candidate >= size:
+                break
+            candidate = max(candidate, e.offset + e.size)
+        return candidate
+
+    def best_fit(self, name: str) -> int:
+        """TFLite SimpleMemoryArena::Allocate: the smallest gap among time-overlapping
+        allocations."""
+        lt, size, a = self.lts[name], self.lts[name].bytes, self.alignment
+        best, best_fit = None, None
+        current = 0
+        for e in self.entries:
+            if e.end < lt.start or e.start > lt.end:
+                continue
+            aligned = padded(current, a)
+            if aligned + size <= e.offset and (best_fit is None or
+                                               e.offset - aligned < best_fit):
+                best, best_fit = aligned, e.offset - current
+            current = max(current, e.offset + e.raw)
+        return padded(current, a) if best is None else best
+
+    # ------------------------------------------------------------------------ placement
+    def is_free(self, offset: int, size: int, start: int, end: int, ignore) -> bool:
+        for e in self.entries:
+            if e.offset >= offset + size:
+                break
+            if (e.offset + e.size > offset and e.start <= end and start <= e.end
+                    and e.tensor not in ignore):
+                return False
+        return True
+
+    def place(self, name: str, fit: Callable[[str], int]) -> None:
+        own = fit(name)
+        for s in self.partners.get(name, ()):
+            is_output = name == s.pair.output
+            partner = s.pair.input if is_output else s.pair.output
+            if partner not in self.placed:
+                continue
+            lt, k = self.lts[name], s.pair.step
+            base = self.offsets[partner]
+            spot = base - s.gap if is_output else base + s.gap
+            if spot >= 0 and self.is_free(spot, self.pad[name], lt.start, lt.end, {partner}):
+                self.shared.append(s.pair)
+                self._add(name, spot)
+                return
+            # right shift: input kept at p, output at p, input's copy at p + gap at step k
+            p = base
+            if (s.gap > 0 and p + s.region < own + self.pad[name]
+                    and self.is_free(p, self.pad[name], lt.start, lt.end, {partner})
+                    and self.is_free(p + s.gap, s.input_bytes, k, k,
+                                     {s.pair.input, s.pair.output})):
+                self.shared.append(s.pair)
+                self.moves.append(Move(k, s.pair.input, s.pair.output, p, p + s.gap))
+                self._add(name, p)
+                self._insert(_Entry(p + s.gap, s.input_bytes, self.lts[s.pair.input].bytes,
+                                    k, k, s.pair.input))
+                return
+        self._add(name, own)
+
+    def _add(self, name: str, offset: int) -> None:
+        lt = self.lts[name]
+        self.offsets[name] = offset
+        self.placed.add(name)
+        self._insert(_Entry(offset, self.pad[name], lt.bytes, lt.start, lt.end, name))
+
+    def _insert(self, entry: _Entry) -> None:
+        at = bisect.bisect_right(self.entries, entry.offset, key=lambda e: e.offset)
+        self.entries.insert(at, entry)
+
+    def plan(self, planner: str, seconds: float) -> ArenaPlan:
+        return make_plan(planner, self.liveness, self.alignment, self.offsets, self.shared,
+                         self.moves, seconds)
