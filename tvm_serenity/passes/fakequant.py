@@ -1,0 +1,460 @@
+"""``LowerFakeQuant``: rewrite fake-quantized operators into integer kernels with TFLite's
+fixed-point arithmetic, so activations stay int8.
+
+TVM's TFLite frontend (``relax.frontend.tflite.from_tflite``) imports an int8 model as float
+arithmetic between ``R.dequantize`` and ``R.quantize``: each TFLite operator reads as
+``quantize(op(dequantize(x), ...))``, a fused activation as ``nn.relu`` / ``clip`` before the
+``quantize`` and/or an int8 ``clip`` after it. Its float rounding is not TFLite's (tvm.md: 74% of a
+RandWire cell's outputs differ).
+
+What it changes: in every Relax function (not inside kernels), each *quantized operator* — an
+``R.quantize`` to int8 with one scale and zero point, together with the int8 ``R.clip`` reading it
+when that is its only reader — whose float input has one of the forms below becomes a call of a
+new integer kernel (a ``Primitive`` function built with the helpers of
+:mod:`tvm_serenity.frontend.relax_import`, the same code the int8 importer uses, bit-exact with
+TFLite Micro). The binding keeps its variable; float bindings nobody reads any more are removed.
+
+With ``x``, ``a``, ``b`` dequantized int8 tensors (one scale and zero point each), ``W`` a
+dequantized int8 constant (per-channel scales, zero point 0, possibly reshaped or transposed) and
+``B`` a dequantized int32 constant (zero point 0):
+
+=====================================================  ===========================================
+float input of the ``quantize``                        integer kernel (relax_import helper)
+=====================================================  ===========================================
+``conv2d(x, W)`` [``+ B``]  (NHWC, HWIO or HWOI)       ``conv2d_int8`` (incl. depthwise)
+``matmul(x, W)`` [``+ B``]                             ``fully_connected_int8``
+``add(a, b)`` / ``multiply(a, b)``                     ``add_int8`` / ``mul_int8``
+``nn.avg_pool2d(x)`` / ``nn.max_pool2d(x)`` (NHWC)     ``average_pool_int8`` / ``max_pool_int8``
+``mean(x, axes)``                                      ``mean_int8``
+``concat((a, b, ...))``                                int8 ``concat``
+``nn.softmax(x, axis=-1)``                             ``softmax_int8``
+``x * clip(x + 3, 0, 6) / 6``                          lookup table (HARD_SWISH)
+``x`` / ``nn.relu(x)``                                 lookup table (QUANTIZE int8 / RELU)
+=====================================================  ===========================================
+
+A ``nn.relu``, ``clip(0, 6)`` or ``clip(-1, 1)`` right before the ``quantize`` narrows the clamp as
+TFLite's fused RELU / RELU6 / RELU_N1_TO_1 does, and so does the int8 ``clip`` after it. Pools,
+concatenation and the activations must keep their quantization, as TFLite requires; MEAN,
+SOFTMAX and concatenation take no fused activation.
+
+Anything else is never rewritten on a guess: a ``quantize`` of another float value only gets
+TFLite's rounding (a ``quantize_float`` kernel), the float computation before it stays, and a
+``warnings.warn`` names, per function, the operators left in floating point. Run it before
+``LegalizeOps`` (the pipeline has it first in ``BEFORE_LEGALIZE``). What it lowered is kept on the
+instance as ``.lowered`` (kernel kind -> count) and what it left as ``.left_float``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections import Counter
+from typing import Callable
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.script import relax as R
+
+from ..frontend import reference as ref
+from ..frontend import relax_import as ri
+from .convert import is_op, relax_functions
+from .pipeline import BEFORE_LEGALIZE
+
+__all__ = ["LowerFakeQuant"]
+
+# float activation before the quantize -> TFLite fused activation
+_FLOAT_CLIPS = {(0.0, 6.0): "RELU6", (-1.0, 1.0): "RELU_N1_TO_1"}
+_FULL_RANGE = (ref.INT8_MIN, ref.INT8_MAX)
+
+
+def _number(expr) -> float | None:
+    """The value of a scalar constant (a 0-d tensor or a prim value), else None."""
+    if isinstance(expr, tvm.ir.Constant) and isinstance(expr.ty, relax.TensorType) \
+            and expr.ty.ndim == 0:
+        return float(expr.value.numpy())
+    if isinstance(expr, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
+        return float(expr.value)
+    return None
+
+
+def _shape(expr) -> list[int]:
+    return [int(d) for d in expr.ty.shape.values]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Quant:
+    """A dequantized int8 tensor: the int8 value and its (per-tensor) quantization."""
+
+    value: relax.Expr
+    scale: float
+    zero_point: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Weights:
+    """A dequantized constant: integer values, the float32 scale of each value, and whether the
+    scales were given per channel (FULLY_CONNECTED's requantization depends on it)."""
+
+    values: np.ndarray
+    scales: np.ndarray
+    per_channel: bool
+
+    def channel_scales(self, axis: int) -> np.ndarray | None:
+        """One scale per index of ``axis``, or None if they vary along another axis."""
+        moved = np.moveaxis(self.scales, axis, -1).reshape(-1, self.scales.shape[axis])
+        return moved[0] if np.all(moved == moved[0]) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Root:
+    """One quantized operator: the float value quantized, the output quantization, the clamp."""
+
+    float_input: relax.Expr      # what the quantize (or its fused activation) reads
+    scale: float
+    zero_point: int
+    act: tuple[int, int]         # the output clamp
+    activation: str | None       # the float activation before the quantize, if any
+
+
+Kernel = tuple[str, list, Callable[..., relax.Expr]]   # (kind, inputs, body)
+
+
+class _Matcher:
+    """Reads the fake-quant forms of one function, looking through its bindings."""
+
+    def __init__(self, func: relax.Function):
+        self.var2val = relax.analysis.get_var2val(func)
+
+    def value(self, expr):
+        return self.var2val.get(expr, expr) if isinstance(expr, relax.Var) else expr
+
+    def dequantized(self, expr) -> _Quant | None:
+        call = self.value(expr)
+        if not is_op(call, "relax.dequantize"):
+            return None
+        data, scale, zero_point = call.args
+        s, z = _number(scale), _number(zero_point)
+        if s is None or z is None or not isinstance(data.ty, relax.TensorType) \
+                or data.ty.dtype != "int8":
+            return None
+        return _Quant(data, float(np.float32(s)), int(z))
+
+    def integers(self, expr) -> np.ndarray | None:
+        """An integer constant, possibly reshaped or transposed, as a numpy array."""
+        call = self.value(expr)
+        if isinstance(call, tvm.ir.Constant):
+            return call.value.numpy()
+        inner = self.integers(call.args[0]) if isinstance(call, relax.Call) and call.args \
+            else None
+        if inner is None:
+            return None
+        if is_op(call, "relax.reshape"):
+            return inner.reshape(_shape(call))
+        if is_op(call, "relax.permute_dims"):
+            axes = None if call.attrs.axes is None else [int(a) for a in call.attrs.axes]
+            return np.transpose(inner, axes)
+        return None
+
+    def weights(self, expr, dtype: str = "int8") -> _Weights | None:
+        """A dequantized ``dtype`` constant with zero point 0, possibly reshaped or transposed
+        after the dequantize."""
+        call = self.value(expr)
+        if is_op(call, "relax.reshape", "relax.permute_dims"):
+            inner = self.weights(call.args[0], dtype)
+            if inner is None:
+                return None
+            if is_op(call, "relax.reshape"):
+                change = lambda a: a.reshape(_shape(call))   # noqa: E731
+            else:
+                axes = None if call.attrs.axes is None else [int(a) for a in call.attrs.axes]
+                change = lambda a: np.transpose(a, axes)     # noqa: E731
+            return _Weights(change(inner.values), change(inner.scales), inner.per_channel)
+        if not is_op(call, "relax.dequantize"):
+            return None
+        q = self.integers(call.args[0])
+        scale, zero_point = (self.integers(a) for a in call.args[1:])
+        if q is None or scale is None or zero_point is None or q.dtype != np.dtype(dtype) \
+                or np.any(zero_point != 0):
+            return None
+        scale = np.asarray(scale, dtype=np.float32).reshape(-1)
+        if scale.size > 1:
+            axis = int(call.attrs.axis) % q.ndim
+            if q.shape[axis] != scale.size:
+                return None
+            shape = [1] * q.ndim
+            shape[axis] = scale.size
+            scale = scale.reshape(shape)
+        return _Weights(q, np.broadcast_to(scale, q.shape), scale.size > 1)
+
+    def clipped(self, bindings, uses: Counter) -> set[relax.Var]:
+        """The int8 quantize variables read by nothing but one int8 ``clip``."""
+        return {b.value.args[0] for b in bindings
+                if is_op(b.value, "relax.clip") and b.var.ty.dtype == "int8"
+                and isinstance(b.value.args[0], relax.Var) and uses[b.value.args[0]] == 1
+                and is_op(self.value(b.value.args[0]), "relax.quantize")}
+
+    def root(self, binding: relax.Binding, clipped: set[relax.Var]) -> _Root | None:
+        """The quantized operator ending at ``binding``: an int8 ``quantize`` not in ``clipped``
+        or the ``clip`` of one that is, with its fused activation; else None."""
+        value, act = binding.value, _FULL_RANGE
+        if is_op(value, "relax.clip") and value.args[0] in clipped:
+            lo, hi = _number(value.args[1]), _number(value.args[2])
+            if lo is None or hi is None:
+                return None
+            act = (max(ref.INT8_MIN, int(lo)), min(ref.INT8_MAX, int(hi)))
+            value = self.value(value.args[0])
+        elif binding.var in clipped:
+            return None
+        if not (is_op(value, "relax.quantize") and value.attrs.out_dtype == "int8"):
+            return None
+        scale, zero_point = _number(value.args[1]), _number(value.args[2])
+        if scale is None or zero_point is None:
+            return None
+        scale, zero_point = float(np.float32(scale)), int(zero_point)
+        x = self.value(value.args[0])
+        activation = None
+        if is_op(x, "relax.nn.relu"):
+            activation = "RELU"
+        elif is_op(x, "relax.clip"):
+            activation = _FLOAT_CLIPS.get((_number(x.args[1]), _number(x.args[2])))
+        if activation is None:
+            return _Root(value.args[0], scale, zero_point, act, None)
+        lo, hi = ref.activation_range(activation, scale, zero_point)
+        return _Root(x.args[0], scale, zero_point, (max(act[0], lo), min(act[1], hi)),
+                     activation)
+
+    # ------------------------------------------------------------------------- operators
+    def kernel(self, root: _Root) -> Kernel | None:
+        """The integer kernel of a quantized operator, or None when its form is not known."""
+        x = self.value(root.float_input)
+        for match in (self._conv, self._matmul, self._binary, self._pool, self._mean,
+                      self._concat, self._softmax, self._hard_swish, self._table):
+            kernel = match(x, root)
+            if kernel is not None:
+                return kernel
+        return None
+
+    def _anchor_and_bias(self, x, op: str):
+        """(anchor call, bias values or None) for ``op(...)`` or ``op(...) + B``."""
+        if is_op(x, op):
+            return x, None
+        if not is_op(x, "relax.add"):
+            return None, None
+        for anchor, bias in ((x.args[0], x.args[1]), (x.args[1], x.args[0])):
+            anchor = self.value(anchor)
+            b = self.weights(bias, "int32")
+            if is_op(anchor, op) and b is not None and b.values.ndim == 1:
+                return anchor, b.values
+        return None, None
+
+    def _requant(self, root: _Root, q: _Quant, scales: np.ndarray) -> ref.Requant:
+        return dataclasses.replace(ref.conv_requant(q.scale, scales, root.scale,
+                                                    root.zero_point),
+                                   act_min=root.act[0], act_max=root.act[1])
+
+    def _conv(self, x, root: _Root) -> Kernel | None:
+        conv, bias = self._anchor_and_bias(x, "relax.nn.conv2d")
+        if conv is None:
+            return None
+        a = conv.attrs
+        q, w = self.dequantized(conv.args[0]), self.weights(conv.args[1])
+        if q is None or w is None or a.data_layout != "NHWC" or a.out_layout != "NHWC" \
+                or a.kernel_layout not in ("HWIO", "HWOI"):
+            return None
+        hwoi = a.kernel_layout == "HWOI"        # depthwise: (KH, KW, C, 1) -> (KH, KW, 1, C)
+        values = np.swapaxes(w.values, 2, 3) if hwoi else w.values
+        scales = w.channel_scales(2 if hwoi else 3)
+        if scales is None:
+            return None
+        top, left, bottom, right = (int(p) for p in a.padding)
+        params = ref.ConvParams(tuple(int(s) for s in a.strides),
+                                tuple(int(d) for d in a.dilation), (top, bottom, left, right),
+                                q.zero_point, self._requant(root, q, scales))
+        groups = int(a.groups)
+        return "conv2d", [q.value], lambda v: ri.conv2d_int8(v, values, bias, params, groups)
+
+    def _matmul(self, x, root: _Root) -> Kernel | None:
+        mm, bias = self._anchor_and_bias(x, "relax.matmul")
+        if mm is None:
+            return None
+        q, w = self.dequantized(mm.args[0]), self.weights(mm.args[1])
+        if q is None or w is None or w.values.ndim != 2:
+            return None
+        scales = w.channel_scales(1)                   # weights are (depth, units)
+        if scales is None:
+            return None
+        requant = ri.fully_connected_requant(q.scale, scales if w.per_channel else scales[:1],
+                                             root.scale, root.zero_point, *root.act)
+        values = w.values
+        shape = _shape(mm)
+        return "fully_connected", [q.value], lambda v: ri.fully_connected_int8(
+            v, values.T, bias, q.zero_point, requant, shape)
+
+    def _binary(self, x, root: _Root) -> Kernel | None:
+        if not is_op(x, "relax.add", "relax.multiply"):
+            return None
+        a, b = (self.dequantized(v) for v in x.args)
+        if a is None or b is None:
+            return None
+        if is_op(x, "relax.add"):
+            params = ref.add_params(a.scale, a.zero_point, b.scale, b.zero_point, root.scale,
+                                    root.zero_point)
+            params = dataclasses.replace(params, output=dataclasses.replace(
+                params.output, act_min=root.act[0], act_max=root.act[1]))
+            return "add", [a.value, b.value], lambda u, v: ri.add_int8(u, v, params)
+        requant = dataclasses.replace(ref.mul_requant(a.scale, b.scale, root.scale,
+                                                      root.zero_point),
+                                      act_min=root.act[0], act_max=root.act[1])
+        return "mul", [a.value, b.value], lambda u, v: ri.mul_int8(
+            u, v, a.zero_point, b.zero_point, requant)
+
+    def _same_quant(self, q: _Quant | None, root: _Root) -> bool:
+        return q is not None and (q.scale, q.zero_point) == (root.scale, root.zero_point)
+
+    def _pool(self, x, root: _Root) -> Kernel | None:
+        if not is_op(x, "relax.nn.avg_pool2d", "relax.nn.max_pool2d"):
+            return None
+        a, q = x.attrs, self.dequantized(x.args[0])
+        if not self._same_quant(q, root) or a.layout != "NHWC" or a.out_layout != "NHWC" \
+                or bool(a.ceil_mode) or any(int(d) != 1 for d in a.dilation) \
+                or bool(getattr(a, "count_include_pad", False)):
+            return None
+        top, left, bottom, right = (int(p) for p in a.padding)
+        params = ref.PoolParams(tuple(int(k) for k in a.pool_size),
+                                tuple(int(s) for s in a.strides), (top, bottom, left, right),
+                                *root.act)
+        if is_op(x, "relax.nn.avg_pool2d"):
+            return "average_pool2d", [q.value], lambda v: ri.average_pool_int8(v, params)
+        return "max_pool2d", [q.value], lambda v: ri.max_pool_int8(v, params)
+
+    def _mean(self, x, root: _Root) -> Kernel | None:
+        q = self.dequantized(x.args[0]) if is_op(x, "relax.mean") else None
+        if q is None or root.act != _FULL_RANGE or x.attrs.axis is None:
+            return None
+        axes, shape = [int(v) for v in x.attrs.axis], _shape(x)
+        m, s = ref.quantize_multiplier(q.scale / root.scale)
+        return "mean", [q.value], lambda v: ri.mean_int8(v, axes, shape, q.zero_point, m, s,
+                                                         root.zero_point)
+
+    def _concat(self, x, root: _Root) -> Kernel | None:
+        if not is_op(x, "relax.concat") or root.act != _FULL_RANGE:
+            return None
+        fields = self.value(x.args[0])
+        qs = [self.dequantized(f) for f in getattr(fields, "fields", [])]
+        if not qs or not all(self._same_quant(q, root) for q in qs):
+            return None
+        axis = int(x.attrs.axis)
+        return "concatenation", [q.value for q in qs], lambda *vs: R.concat(vs, axis=axis)
+
+    def _softmax(self, x, root: _Root) -> Kernel | None:
+        q = self.dequantized(x.args[0]) if is_op(x, "relax.nn.softmax") else None
+        if q is None or root.act != _FULL_RANGE \
+                or (root.scale, root.zero_point) != (1.0 / 256, ref.INT8_MIN) \
+                or int(x.attrs.axis) % len(_shape(x)) != len(_shape(x)) - 1 \
+                or _shape(x)[-1] >= 1 << 12:
+            return None
+        params = ref.softmax_params(1.0, q.scale)
+        return "softmax", [q.value], lambda v: ri.softmax_int8(v, params)
+
+    def _hard_swish(self, x, root: _Root) -> Kernel | None:
+        """``x * relu6(x + 3) / 6`` (how the frontend writes HARD_SWISH): a lookup table."""
+        if not (is_op(x, "relax.divide") and _number(x.args[1]) == 6.0
+                and root.act == _FULL_RANGE):
+            return None
+        product = self.value(x.args[0])
+        if not is_op(product, "relax.multiply"):
+            return None
+        for direct, gate in ((product.args[0], product.args[1]),
+                             (product.args[1], product.args[0])):
+            q, gate = self.dequantized(direct), self.value(gate)
+            if q is None or not (is_op(gate, "relax.clip") and _number(gate.args[1]) == 0.0
+                                 and _number(gate.args[2]) == 6.0):
+                continue
+            shifted = self.value(gate.args[0])
+            if is_op(shifted, "relax.add") and _number(shifted.args[1]) == 3.0 \
+                    and self.dequantized(shifted.args[0]) == q:
+                params = ref.hard_swish_params(q.scale, q.zero_point, root.scale,
+                                               root.zero_point)
+                table = ri._lut_of(lambda v: ref.hard_swish_int8(v, params))
+                return "hard_swish", [q.value], lambda v: ri.lookup_table(v, table)
+        return None
+
+    def _table(self, x, root: _Root) -> Kernel | None:
+        """A lone dequantize: TFLite RELU (a peeled ``nn.relu``), RELU6 / RELU_N1_TO_1 (TFLM
+        only clamps, so the quantization must not change) or QUANTIZE int8 -> int8."""
+        q = self.dequantized(x)
+        if q is None:
+            return None
+        if root.activation == "RELU":
+            table = ri.relu_table(q.scale, q.zero_point, root.scale, root.zero_point,
+                                  *root.act)
+            return "relu", [q.value], lambda v: ri.lookup_table(v, table)
+        if root.activation is not None and not self._same_quant(q, root):
+            return None
+        m, s = ref.quantize_multiplier(q.scale / root.scale)
+        table = np.clip(ref.requantize_int8(np.arange(-128, 128), q.zero_point, m, s,
+                                            root.zero_point), *root.act).astype(np.int8)
+        kind = (root.activation or "quantize").lower()
+        return kind, [q.value], lambda v: ri.lookup_table(v, table)
+
+
+@tvm.transform.module_pass(opt_level=0, name="serenity.LowerFakeQuant")
+class LowerFakeQuant:
+    """Rewrite ``dequantize -> float op -> quantize`` into integer kernels (module docstring)."""
+
+    def __init__(self):
+        self.lowered: Counter = Counter()
+        self.left_float: Counter = Counter()
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        self.lowered, self.left_float = Counter(), Counter()
+        bb = relax.BlockBuilder(mod)
+        changed = False
+        for gvar, func in relax_functions(mod):
+            new, left = self._lower_function(bb, func)
+            if new is not func:
+                bb.update_func(gvar, new)
+                changed = True
+            if left:
+                what = ", ".join(f"{op} x{n}" for op, n in sorted(left.items()))
+                warnings.warn(f"LowerFakeQuant: in '{gvar.name_hint}', quantized operators stay "
+                              f"in floating point (no integer lowering for: {what}); only "
+                              "their final quantize rounds like TFLite", stacklevel=2)
+            self.left_float.update(left)
+        return bb.get() if changed else mod
+
+    def _lower_function(self, bb: relax.BlockBuilder, func: relax.Function):
+        matcher = _Matcher(func)
+        bindings = [b for block in func.body.blocks for b in block.bindings]
+        uses: Counter = Counter(v for b in bindings for v in relax.analysis.free_vars(b.value))
+        uses.update(relax.analysis.free_vars(func.body.body))
+        clipped = matcher.clipped(bindings, uses)
+        calls: dict[relax.Var, relax.Call] = {}
+        left: Counter = Counter()
+        for b in bindings:
+            root = matcher.root(b, clipped)
+            if root is None:
+                continue
+            kernel = matcher.kernel(root)
+            if kernel is None:
+                producer = matcher.value(root.float_input)
+                if isinstance(producer, relax.Call) and isinstance(producer.op, tvm.ir.Op):
+                    left[producer.op.name.removeprefix("relax.")] += 1
+                kernel = ("quantize", [root.float_input],
+                          lambda v, r=root: ri.quantize_float(v, r.scale, r.zero_point, *r.act))
+            kind, inputs, body = kernel
+            name = f"{kind}_{b.var.name}"
+            func_k, args = ri.kernel_function(name, inputs, body)
+            calls[b.var] = relax.Call(bb.add_func(func_k, name), args)
+            self.lowered[kind] += 1
+        if not calls:
+            return func, left
+        blocks = [type(block)([relax.VarBinding(b.var, calls[b.var]) if b.var in calls else b
+                               for b in block.bindings]) for block in func.body.blocks]
+        new = relax.Function(func.params, relax.SeqExpr(blocks, func.body.body), func.ret_ty,
+                             func.is_pure, func.attrs, func.span)
+        return relax.analysis.remove_all_unused(relax.BlockBuilder().normalize(new)), left
+
+
+BEFORE_LEGALIZE.append(lambda **_: LowerFakeQuant())
