@@ -1,0 +1,137 @@
+"""Apply identity rewrites only where the exact scheduler says the optimal peak drops.
+
+Algorithm (greedy, each trial judged by one scheduler call)
+-----------------------------------------------------------
+1. Schedule the graph (``serenity``: divide and conquer + exact search); its peak is the
+   incumbent ``P``.
+2. Group the candidates (:func:`.patterns.find_candidates`) by concat. For each concat, in
+   stored order, the trial units are: all its rewritable consumers together, then, when there
+   are several, each one alone. Rewriting every reader of a concat is what lets the concat (and
+   the unary chain after it) disappear; rewriting one reader only may still pay when the others
+   need the concat late. A unit whose consumers were already rewritten is skipped.
+3. A trial applies the unit to the current graph (:func:`.patterns.apply_rewrite`, inputs
+   accumulated in the order the incumbent schedule produces them: graph inputs first, then by
+   the step that computes them, so partials run as early as the incumbent allows), schedules
+   the result, and keeps it iff its peak is strictly below ``P`` (``P`` becomes that peak).
+4. A rewrite that cannot lower the peak while another part of the graph dominates may pay once
+   that part has improved, so after a pass that kept something, the units rejected at a higher
+   incumbent are tried again; the search stops after a pass that keeps nothing.
+
+The peak therefore never increases, every kept rewrite lowered it when it was kept, and the
+result's schedule is the scheduler's order for the final graph. With a ``time_limit`` a call
+may stop before proving optimality; "lower" then compares the peaks of the orders found (each
+is achievable), and :attr:`RewriteResult.optimal` says whether the final one is proven.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ..graph import Graph
+from ..schedule import ScheduleResult, schedule
+from .patterns import (ACCUMULATOR_BYTES, Candidate, apply_rewrite, concat_branches,
+                       find_candidates)
+
+__all__ = ["Trial", "RewriteResult", "rewrite_graph", "accumulation_order"]
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One scheduler call: ``candidates`` applied on top of the rewrites kept before it."""
+
+    candidates: tuple[Candidate, ...]
+    peak_bytes: int
+    optimal: bool
+    kept: bool
+    seconds: float
+
+    def to_json(self) -> dict:
+        return {"rewrites": [{"pattern": c.pattern, "nodes": list(c.nodes)}
+                             for c in self.candidates],
+                "peak_bytes": self.peak_bytes, "optimal": self.optimal, "kept": self.kept,
+                "seconds": round(self.seconds, 6)}
+
+
+@dataclass
+class RewriteResult:
+    graph: Graph                                   # the rewritten graph
+    applied: list[tuple[str, tuple[str, ...]]]     # (pattern, original nodes), in kept order
+    peak_before: int                               # scheduler's peak of the input graph
+    peak_after: int                                # scheduler's peak of ``graph``
+    schedule: ScheduleResult                       # the scheduler's result for ``graph``
+    schedule_before: ScheduleResult                # ... and for the input graph
+    trials: list[Trial] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def optimal(self) -> bool:
+        """The final peak is proven optimal for the final graph."""
+        return self.schedule.optimal
+
+    def to_json(self) -> dict:
+        return {"applied": [{"pattern": p, "nodes": list(nodes)} for p, nodes in self.applied],
+                "peak_before_bytes": self.peak_before, "peak_after_bytes": self.peak_after,
+                "optimal": self.optimal, "trials": [t.to_json() for t in self.trials],
+                "seconds": round(self.seconds, 6)}
+
+
+def accumulation_order(graph: Graph, candidate: Candidate, order) -> list[int]:
+    """Concat input indices sorted by when ``order`` (a schedule of ``graph``) computes them;
+    graph inputs first, ties in concat order."""
+    step = {name: k for k, name in enumerate(order)}
+    branches = concat_branches(graph, candidate.concat)
+    return sorted(range(len(branches)), key=lambda i: step.get(branches[i].source, -1))
+
+
+def _units(candidates: list[Candidate]) -> list[tuple[Candidate, ...]]:
+    by_concat: dict[str, list[Candidate]] = {}
+    for c in candidates:
+        by_concat.setdefault(c.concat, []).append(c)
+    units = []
+    for group in by_concat.values():
+        units.append(tuple(group))
+        if len(group) > 1:
+            units.extend((c,) for c in group)
+    return units
+
+
+def rewrite_graph(graph: Graph, inplace: bool = True, time_limit: float | None = None,
+                  method: str = "serenity",
+                  accumulator_bytes: int = ACCUMULATOR_BYTES) -> RewriteResult:
+    """Rewrite ``graph`` where it lowers the scheduler's peak (module docstring).
+
+    ``time_limit`` bounds each scheduler call (seconds, None: none); ``method`` is the
+    scheduling method judging the trials (an exact one, so that "lower" means a lower optimum);
+    ``accumulator_bytes`` as in :func:`.patterns.apply_rewrite` (keep the default: int32).
+    """
+    t0 = time.perf_counter()
+    before = schedule(graph, method, inplace=inplace, time_limit=time_limit)
+    current, best = graph, before
+    applied: list[tuple[str, tuple[str, ...]]] = []
+    trials: list[Trial] = []
+    tried: dict[tuple[Candidate, ...], int] = {}     # unit -> incumbent peak it was tried at
+    while True:
+        kept_any = False
+        candidates = find_candidates(current)
+        available = set(candidates)                 # shrinks as kept rewrites consume them
+        for unit in _units(candidates):
+            if tried.get(unit) == best.peak_bytes or not available.issuperset(unit):
+                continue
+            tried[unit] = best.peak_bytes
+            trial_graph = current
+            for cand in unit:
+                trial_graph = apply_rewrite(trial_graph, cand,
+                                            accumulation_order(current, cand, best.order),
+                                            accumulator_bytes)
+            result = schedule(trial_graph, method, inplace=inplace, time_limit=time_limit)
+            kept = result.peak_bytes < best.peak_bytes
+            trials.append(Trial(unit, result.peak_bytes, result.optimal, kept, result.seconds))
+            if kept:
+                current, best, kept_any = trial_graph, result, True
+                applied.extend((c.pattern, c.nodes) for c in unit)
+                available = set(find_candidates(current))
+        if not kept_any:
+            break
+    return RewriteResult(current, applied, before.peak_bytes, best.peak_bytes, best, before,
+                         trials, time.perf_counter() - t0)
