@@ -64,7 +64,9 @@ def measure_fit(elf: str | Path, board: str | Board, *, emulate: bool, stack_res
     bss = sum(s.size for s in in_ram if s.name == ".bss")
     code = sum(s.size for s in in_ram if s.name not in (".data", ".bss"))
     arena_sym = image.symbols.get("arena")
-    arena = arena_sym.size if arena_sym and ram.contains(arena_sym.address) else 0
+    # An oversized image (measured after a --noinhibit-exec link) may place the arena past
+    # the end of RAM: it is still RAM the model needs.
+    arena = arena_sym.size if arena_sym and arena_sym.address >= ram.origin else 0
     free_start = image.symbols.get("__ram_free_start")
     used = free_start.address - ram.origin if free_start else data + bss + code
     parts = (("arena", arena), (".data", data), (".bss besides the arena", bss - arena),

@@ -1,0 +1,264 @@
+"""Deployment: TFLite int8 model -> graph C (codegen.graph_c) -> micro project, bit-exact with
+the numpy reference interpreter on the host, in rp2040js (Pico) and QEMU (Pico 2).
+
+Small models come from frontend.builder (tests/tflite_cases.py and a multi-operator chain
+below); the real models from <repo>/../shared/models (skipped when absent). Tests needing a
+C compiler, the Arm toolchain, rp2040js or QEMU skip with the reason when those are missing.
+"""
+
+import shutil
+
+import numpy as np
+import pytest
+
+from tvm_serenity import SerenityError
+from tvm_serenity.codegen.graph_c import SUPPORTED_OPS, integer_core
+from tvm_serenity.deploy import compile_tflite, load_plan, reference_output, run
+from tvm_serenity.frontend import UnsupportedOperatorError, parse_tflite
+from tvm_serenity.frontend.builder import ModelBuilder
+from tvm_serenity.micro.runners import find_rp2040js
+
+from tflite_cases import SINGLE_OP_MODELS, model_path
+
+
+def _rp2040js_missing() -> str | None:
+    if shutil.which("node") is None:
+        return "node not installed"
+    try:
+        find_rp2040js()
+    except SerenityError as e:
+        return str(e)
+    return None
+
+
+needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no native C compiler (cc)")
+needs_arm = pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None,
+                               reason="arm-none-eabi-gcc not installed")
+needs_qemu = pytest.mark.skipif(shutil.which("qemu-system-arm") is None,
+                                reason="qemu-system-arm not installed")
+needs_rp2040js = pytest.mark.skipif(_rp2040js_missing() is not None,
+                                    reason=f"rp2040js unavailable: {_rp2040js_missing()}")
+
+VWW = "tinyengine/vww.tflite"
+MCUNET = "mcunet/mcunet-320kb-1mb_imagenet.tflite"
+
+
+def _write(tmp_path, name: str, flatbuffer: bytes):
+    path = tmp_path / f"{name}.tflite"
+    path.write_bytes(flatbuffer)
+    return path
+
+
+def _chain_model() -> bytes:
+    """float32 input -> QUANTIZE -> CONV 3x3 s2 SAME -> DEPTHWISE 3x3 -> CONV 1x1 -> ADD
+    (residual) -> {PAD -> MAX_POOL, AVERAGE_POOL} -> CONCATENATION -> QUANTIZE int8 ->
+    TRANSPOSE -> MEAN (last axis) -> RESHAPE -> FULLY_CONNECTED -> DEQUANTIZE -> float32."""
+    rng = np.random.default_rng(0)
+    b = ModelBuilder()
+
+    def conv(x, cin, shape_out, kernel, stride, depthwise=False, activation="RELU6",
+             q=(0.05, -20)):
+        cout = shape_out[3]
+        wshape, axis = ((1, *kernel, cout), 3) if depthwise else ((cout, *kernel, cin), 0)
+        ws = rng.uniform(0.004, 0.02, cout)
+        w = b.add_tensor(wshape, scale=ws, axis=axis, data=rng.integers(-127, 128, wshape))
+        bias = b.add_tensor((cout,), "int32", data=rng.integers(-800, 800, cout))
+        y = b.add_tensor(shape_out, scale=q[0], zero_point=q[1])
+        options = {"padding": "SAME", "stride_h": stride, "stride_w": stride,
+                   "fused_activation_function": activation}
+        if depthwise:
+            options["depth_multiplier"] = 1
+        b.add_operator("DEPTHWISE_CONV_2D" if depthwise else "CONV_2D", [x, w, bias], [y],
+                       options)
+        return y
+
+    xf = b.add_tensor((1, 12, 12, 3), "float32")
+    x = b.add_tensor((1, 12, 12, 3), scale=0.02, zero_point=-5)
+    b.add_operator("QUANTIZE", [xf], [x])
+    c1 = conv(x, 3, (1, 6, 6, 8), (3, 3), 2, q=(0.05, -20))
+    dw = conv(c1, 8, (1, 6, 6, 8), (3, 3), 1, depthwise=True, q=(0.04, -10))
+    pw = conv(dw, 8, (1, 6, 6, 8), (1, 1), 1, activation="NONE", q=(0.06, 3))
+    q = (0.08, 0)
+    add = b.add_tensor((1, 6, 6, 8), scale=q[0], zero_point=q[1])
+    b.add_operator("ADD", [c1, pw], [add], {"fused_activation_function": "NONE"})
+    pads = b.add_tensor((4, 2), "int32", data=[[0, 0], [1, 1], [1, 1], [0, 0]])
+    padded = b.add_tensor((1, 8, 8, 8), scale=q[0], zero_point=q[1])
+    b.add_operator("PAD", [add, pads], [padded])
+    maxp = b.add_tensor((1, 3, 3, 8), scale=q[0], zero_point=q[1])
+    b.add_operator("MAX_POOL_2D", [padded], [maxp],
+                   {"padding": "VALID", "stride_h": 2, "stride_w": 2, "filter_height": 3,
+                    "filter_width": 3})
+    avgp = b.add_tensor((1, 3, 3, 8), scale=q[0], zero_point=q[1])
+    b.add_operator("AVERAGE_POOL_2D", [add], [avgp],
+                   {"padding": "VALID", "stride_h": 2, "stride_w": 2, "filter_height": 2,
+                    "filter_width": 2})
+    cat = b.add_tensor((1, 3, 3, 16), scale=q[0], zero_point=q[1])
+    b.add_operator("CONCATENATION", [maxp, avgp], [cat], {"axis": 3})
+    req = b.add_tensor((1, 3, 3, 16), scale=0.1, zero_point=4)
+    b.add_operator("QUANTIZE", [cat], [req])
+    perm = b.add_tensor((4,), "int32", data=[0, 3, 1, 2])
+    tr = b.add_tensor((1, 16, 3, 3), scale=0.1, zero_point=4)
+    b.add_operator("TRANSPOSE", [req, perm], [tr])
+    axis = b.add_tensor((1,), "int32", data=[3])
+    mean = b.add_tensor((1, 16, 3), scale=0.07, zero_point=-2)
+    b.add_operator("MEAN", [tr, axis], [mean], {"keep_dims": False})
+    shape = b.add_tensor((2,), "int32", data=[1, 48])
+    flat = b.add_tensor((1, 48), scale=0.07, zero_point=-2)
+    b.add_operator("RESHAPE", [mean, shape], [flat], {"new_shape": [1, 48]})
+    w = b.add_tensor((10, 48), scale=0.01, data=rng.integers(-127, 128, (10, 48)))
+    bias = b.add_tensor((10,), "int32", data=rng.integers(-500, 500, 10))
+    logits = b.add_tensor((1, 10), scale=0.2, zero_point=7)
+    b.add_operator("FULLY_CONNECTED", [flat, w, bias], [logits],
+                   {"fused_activation_function": "NONE"})
+    out = b.add_tensor((1, 10), "float32")
+    b.add_operator("DEQUANTIZE", [logits], [out])
+    return b.build([xf], [out])
+
+
+# ------------------------------------------------------------------ emission, no compiler
+def test_integer_core_strips_float_edges():
+    core = integer_core(parse_tflite(_chain_model(), name="chain"))
+    assert core.stripped == ("QUANTIZE #0", "DEQUANTIZE #14")
+    assert [op.index for op in core.model.operators] == list(range(13))
+    assert core.input.dtype == core.output.dtype == "int8"
+    assert core.input.shape == (1, 12, 12, 3) and core.output.shape == (1, 10)
+
+
+def test_rip_build_overlaps_and_dual_build_does_not(tmp_path):
+    path = _write(tmp_path, "chain", _chain_model())
+    rip = compile_tflite(path, "host", tmp_path / "rip", build=False)
+    dual = compile_tflite(path, "host", tmp_path / "dual", rip=False, build=False)
+    assert {s.layout for s in dual.emitted.steps} <= {"dual", "copy"}
+    assert "rip" in {s.layout for s in rip.emitted.steps}
+    assert rip.arena_bytes < dual.arena_bytes
+    plan = load_plan(tmp_path / "rip")
+    assert plan["arena_bytes"] == rip.arena_bytes and plan["rip"] is True
+    assert plan["inplace_saved_bytes"] == sum(layer["saved_bytes"] for layer in plan["layers"])
+    assert f"#define MODEL_ARENA_BYTES {rip.arena_bytes}\n" in rip.emitted.model_h
+    assert "static uint8_t arena[MODEL_ARENA_BYTES];" in rip.emitted.model_c
+    assert "scale 0.019999" in rip.emitted.model_h       # the stripped QUANTIZE's scale
+
+
+def test_unsupported_operator_is_named(tmp_path):
+    path = _write(tmp_path, "hard_swish", SINGLE_OP_MODELS["hard_swish"]())
+    with pytest.raises(UnsupportedOperatorError, match="HARD_SWISH.*not supported"):
+        compile_tflite(path, "host", tmp_path / "out", build=False)
+    b = ModelBuilder()                    # x + mean(x over H, W): a broadcasting ADD
+    x = b.add_tensor((1, 4, 4, 6), scale=0.1, zero_point=2)
+    axes = b.add_tensor((2,), "int32", data=[1, 2])
+    m = b.add_tensor((1, 1, 1, 6), scale=0.1, zero_point=2)
+    y = b.add_tensor((1, 4, 4, 6), scale=0.2, zero_point=0)
+    b.add_operator("MEAN", [x, axes], [m], {"keep_dims": True})
+    b.add_operator("ADD", [x, m], [y])
+    path = _write(tmp_path, "add_broadcast", b.build([x], [y]))
+    with pytest.raises(UnsupportedOperatorError, match="broadcasting ADD"):
+        compile_tflite(path, "host", tmp_path / "out2", build=False)
+    assert "ADD" in SUPPORTED_OPS
+
+
+def test_bad_target_and_input(tmp_path):
+    path = _write(tmp_path, "pad", SINGLE_OP_MODELS["pad"]())
+    with pytest.raises(SerenityError, match="unknown target 'esp32'"):
+        compile_tflite(path, "esp32", tmp_path / "out")
+    with pytest.raises(SerenityError, match="the input has 3 bytes, the model takes 75"):
+        compile_tflite(path, "host", tmp_path / "out", input=b"abc", build=False)
+    with pytest.raises(SerenityError, match="not a compiled model directory"):
+        run(tmp_path / "nowhere")
+
+
+def test_rip_arena_at_least_one_eighth_smaller_on_vww(tmp_path):
+    path = model_path(VWW)
+    rip = compile_tflite(path, "pico", tmp_path / "rip", build=False)
+    dual = compile_tflite(path, "pico", tmp_path / "dual", rip=False, build=False)
+    assert rip.arena_bytes <= 0.875 * dual.arena_bytes
+    assert rip.arena_bytes == rip.plan.liveness_peak_bytes
+
+
+# ------------------------------------------------------------------ host builds, bit-exact
+@needs_cc
+@pytest.mark.parametrize("rip, planner", [(True, "optimal"), (False, "optimal"),
+                                          (True, "bestfit")])
+def test_chain_model_bit_exact_on_host(tmp_path, rip, planner):
+    """bestfit keeps an in-place input where it was and shifts it right before its step."""
+    path = _write(tmp_path, "chain", _chain_model())
+    compiled = compile_tflite(path, "host", tmp_path / "out", rip=rip, planner=planner)
+    result = run(compiled.out_dir)                  # raises unless equal to the reference
+    assert result.output == reference_output(path, (tmp_path / "out" / "input.bin").read_bytes())
+    assert result.arena_bytes == compiled.arena_bytes
+    moved = [s for s in compiled.emitted.steps if s.moved_bytes]
+    assert len(moved) == len(compiled.plan.moves) and (planner != "bestfit" or moved)
+    assert ("memmove(" in compiled.emitted.model_c) == bool(moved)
+
+
+SINGLE_OP_CASES = ["conv3x3_same_s2_odd", "conv5x3_valid_s2x1", "conv_dilated",
+                   "conv1x1_per_tensor", "depthwise_5x5_dilated", "fc_per_channel_batched",
+                   "mean_hw_keep", "avg_pool_global", "max_pool_same",
+                   "padv2", "pad_then_depthwise"]
+
+
+@needs_cc
+@pytest.mark.parametrize("case", SINGLE_OP_CASES)
+def test_single_operator_bit_exact_on_host(tmp_path, case):
+    """One operator over the graph input: in place whenever the memory model allows it."""
+    path = _write(tmp_path, case, SINGLE_OP_MODELS[case]())
+    compile_tflite(path, "host", tmp_path / "out")
+    n = load_plan(tmp_path / "out")["input"]["bytes"]
+    for seed in (1, 2):
+        x = np.random.default_rng(seed).integers(-128, 128, n, dtype=np.int8)
+        run(tmp_path / "out", input=x)
+
+
+@needs_cc
+@pytest.mark.parametrize("planner", ["optimal", "bestfit"])
+def test_vww_bit_exact_on_host(tmp_path, planner):
+    compiled = compile_tflite(model_path(VWW), "host", tmp_path / "out", planner=planner)
+    assert planner == "optimal" or compiled.plan.moves
+    result = run(compiled.out_dir)
+    assert result.output == reference_output(model_path(VWW), (tmp_path / "out/input.bin")
+                                             .read_bytes())
+
+
+@pytest.mark.slow
+@needs_cc
+def test_mcunet_bit_exact_on_host(tmp_path):
+    compiled = compile_tflite(model_path(MCUNET), "host", tmp_path / "out")
+    assert len(run(compiled.out_dir).output) == 1000
+
+
+# ------------------------------------------------------------------ devices
+@needs_arm
+def test_model_that_does_not_fit_is_refused_with_numbers(tmp_path):
+    b = ModelBuilder()
+    x = b.add_tensor((1, 300, 300, 4), scale=0.1, zero_point=0)
+    y = b.add_tensor((1, 300, 300, 4), scale=0.1, zero_point=0)
+    b.add_operator("MAX_POOL_2D", [x], [y], {"padding": "SAME", "stride_h": 1, "stride_w": 1,
+                                             "filter_height": 2, "filter_width": 2})
+    path = _write(tmp_path, "big", b.build([x], [y]))
+    with pytest.raises(SerenityError, match="does not fit") as refusal:
+        compile_tflite(path, "pico", tmp_path / "out")
+    arena = load_plan(tmp_path / "out")["arena_bytes"]
+    assert arena >= 360_000 and f"arena {arena:,} B" in str(refusal.value)
+    assert "over by" in str(refusal.value)
+
+
+@pytest.mark.slow
+@needs_arm
+@needs_rp2040js
+@needs_cc
+def test_vww_on_rp2040js_matches_host_and_reference(tmp_path):
+    compiled = compile_tflite(model_path(VWW), "pico", tmp_path / "out")
+    assert compiled.fit.fits
+    device = run(compiled.out_dir)                  # checked against the reference
+    host = run(compiled.out_dir, host=True)
+    assert device.output == host.output
+    assert device.cycles > 0 and 0 < device.stack_high_water < 4096
+    assert device.arena_bytes == compiled.arena_bytes
+
+
+@pytest.mark.slow
+@needs_arm
+@needs_qemu
+def test_vww_on_qemu_pico2(tmp_path):
+    compiled = compile_tflite(model_path(VWW), "pico2", tmp_path / "out", rip=False)
+    result = run(compiled.out_dir)                  # checked against the reference
+    assert result.backend == "qemu" and result.instructions > 0

@@ -1,0 +1,575 @@
+"""Graph-level C emitter: a TFLite int8 model, its graph IR, an order and an arena plan in,
+one portable C99 ``model.c`` + ``model.h`` out.
+
+What ``model.c`` holds (the :mod:`tvm_serenity.micro` contract):
+
+* ``static uint8_t arena[MODEL_ARENA_BYTES]``: the one activation arena, exactly the plan's
+  ``arena_bytes``; every activation tensor (the graph input and output included) lives at the
+  plan's offset in it. ``model_run`` never relies on its initial contents.
+* ``static int16_t scratch16[]`` / ``static int32_t scratch32[]``: the kernels' per-pixel gather
+  buffers, sized for the largest layer and shared by all of them (outside the arena, as in
+  docs/rip.md; reported separately as :attr:`EmittedModel.scratch_bytes`).
+* weights, biases and per-channel requantization multipliers/shifts as ``static const``
+  arrays (flash on a microcontroller);
+* the kernels: convolutions, depthwise convolutions, pooling and same-shape ADD are the TIR
+  kernels of :mod:`.kernels` lowered to plain C by :func:`.plain_c.emit_c_kernel` (one function
+  per distinct layer specification and layout); the other operators are the plain-C kernels
+  of :mod:`.ops`;
+* ``void model_run(const int8_t *in, int8_t *out)``: copies ``in`` into the arena at the
+  input's offset, runs the steps of ``plan.order`` and copies the output tensor to ``out``.
+
+Placement per step, from the plan (:mod:`tvm_serenity.alloc.plan` defines the rule):
+
+* an **in-place step** of the plan (``plan.inplace``) runs its RiP-layout kernel on the
+  workspace ``ws = arena + o`` (``o`` = the output's offset), where the input already sits at
+  ``o + S - N_in``; for an exact alias (ADD, int8 QUANTIZE, RESHAPE) the input is at ``o``. A
+  RESHAPE in place is no code at all.
+* a **physical right shift** (``plan.moves``) is a ``memmove`` of the input to ``o + S - N_in``
+  just before its step;
+* every other step runs the dual-buffer kernel on the two offsets (a RESHAPE is a ``memcpy``).
+
+So a plan made with ``inplace=False`` gives the dual-buffer build of the same model, and the
+kernels' loops are identical in both layouts: only their base addresses differ.
+
+Float edges. TFLite models with a float32 input or output (e.g. TinyEngine's vww) quantize
+and dequantize at the edges. :func:`integer_core` strips a leading float->int8 QUANTIZE and a
+trailing int8->float DEQUANTIZE: ``model_run`` takes the already-quantized int8 input and
+returns the int8 output before DEQUANTIZE, and ``model.h`` documents both tensors' scale and
+zero point so the caller can (de)quantize. Host builds, devices and the numpy reference are
+compared at that level.
+
+The C needs only ``<stdint.h>`` and ``<string.h>`` (``memcpy``/``memmove``/``memset``), builds
+for the host and Arm alike, and with ``opt_level`` set (default ``"O2"``) asks GCC to optimise
+the model at that level whatever the build's flags (``#pragma GCC optimize``, ignored by other
+compilers): the firmware harness builds at ``-Os``, which costs 16% more Cortex-M0+ cycles
+on vww (233.0 M vs 200.3 M in rp2040js; ``-O3`` gains another 0.6% for 120 B more stack).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..alloc import ArenaPlan
+from ..graph import Graph
+from ..memory import InPlaceStep
+from ..alloc.plan import Move
+from ..frontend.reference import (activation_range, add_params, conv_params,
+                                  conv_requant, quantize_multiplier)
+from ..frontend.tflite_model import (Operator, Tensor, TFLiteModel, UnsupportedOperatorError)
+from ..frontend.to_graph import foldable_pads
+from .kernels import default_kernel_name
+from .ops import (C_HELPERS, OpKernel, c_array, concatenation_kernel, fully_connected_kernel,
+                  mean_kernel, pad_kernel, requantize_kernel, transpose_kernel)
+from .plain_c import emit_c_kernel
+from .spec import AddRescale, CodegenError, LayerSpec
+
+__all__ = ["SUPPORTED_OPS", "IntegerCore", "Step", "EmittedModel", "integer_core",
+           "emit_model"]
+
+#: TFLite operators the emitter generates code for (int8 activations).
+SUPPORTED_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "AVERAGE_POOL_2D", "ADD", "MEAN",
+                 "FULLY_CONNECTED", "TRANSPOSE", "RESHAPE", "CONCATENATION", "PAD", "PADV2",
+                 "QUANTIZE")
+
+
+# ------------------------------------------------------------------------------ float edges
+@dataclass(frozen=True)
+class IntegerCore:
+    """The int8 part of a model that ``model_run`` computes (see the module docstring).
+
+    ``model`` has operators renumbered from 0 (a stripped QUANTIZE/DEQUANTIZE is gone);
+    ``stripped`` names what was removed, e.g. ``("QUANTIZE #0", "DEQUANTIZE #62")``.
+    """
+
+    model: TFLiteModel
+    source: TFLiteModel
+    stripped: tuple[str, ...]
+
+    @property
+    def input(self) -> Tensor:
+        return self.model.tensors[self.model.inputs[0]]
+
+    @property
+    def output(self) -> Tensor:
+        return self.model.tensors[self.model.outputs[0]]
+
+
+def integer_core(model: TFLiteModel) -> IntegerCore:
+    """Strip float->int8 QUANTIZE ops that read a graph input (and are its only reader) and
+    int8->float DEQUANTIZE ops that write a graph output; the model must then have exactly one
+    int8 input and one int8 output (``model_run``'s signature)."""
+    consumers = model.consumers()
+    inputs, outputs = list(model.inputs), list(model.outputs)
+    drop, stripped = set(), []
+    for op in model.operators:
+        src, dst = model.tensors[op.inputs[0]], model.tensors[op.outputs[0]]
+        if (op.op == "QUANTIZE" and op.inputs[0] in inputs and src.dtype == "float32"
+                and dst.dtype == "int8" and consumers.get(op.inputs[0]) == [op.index]):
+            inputs[inputs.index(op.inputs[0])] = op.outputs[0]
+        elif (op.op == "DEQUANTIZE" and op.outputs[0] in outputs and src.dtype == "int8"
+              and dst.dtype == "float32"):
+            outputs[outputs.index(op.outputs[0])] = op.inputs[0]
+        else:
+            continue
+        drop.add(op.index)
+        stripped.append(f"{op.op} #{op.index}")
+    if len(inputs) != 1 or len(outputs) != 1:
+        raise CodegenError(f"{model.source}: model_run takes one input and one output; the "
+                           f"model has {len(inputs)} inputs and {len(outputs)} outputs")
+    for what, index in (("input", inputs[0]), ("output", outputs[0])):
+        t = model.tensors[index]
+        if t.dtype != "int8" or t.quant is None:
+            raise CodegenError(f"{model.source}: the model's {what} '{t.name}' is {t.dtype}; "
+                               "model_run needs an int8 tensor (only a float QUANTIZE / "
+                               "DEQUANTIZE right at the edge is stripped)")
+    kept = [op for op in model.operators if op.index not in drop]
+    ops = tuple(dataclasses.replace(op, index=i) for i, op in enumerate(kept))
+    core = dataclasses.replace(model, operators=ops, inputs=tuple(inputs),
+                               outputs=tuple(outputs))
+    return IntegerCore(core, model, tuple(stripped))
+
+
+# ------------------------------------------------------------------------------- emission
+@dataclass(frozen=True)
+class Step:
+    """What ``model_run`` does at one step of the order."""
+
+    step: int
+    node: str
+    op: str                        # TFLite builtin
+    kernel: str                    # C function called ("" when the step is no code)
+    layout: str                    # "rip" (in place), "dual", "copy" or "alias" (no code)
+    output_offset: int
+    input_offset: int | None       # of the first activation input, where the kernel reads it
+    workspace_bytes: int | None    # in-place steps: the shared region S
+    saved_bytes: int               # N_in + N_out - S for in-place steps, else 0
+    moved_bytes: int               # bytes memmoved right before this step (a plan move)
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class EmittedModel:
+    """``model.c``/``model.h`` text and the figures a deployment reports."""
+
+    name: str
+    model_c: str
+    model_h: str
+    arena_bytes: int
+    scratch_bytes: int             # static gather buffers outside the arena
+    input_bytes: int
+    output_bytes: int
+    steps: tuple[Step, ...]
+
+    @property
+    def kernels(self) -> int:
+        return len({s.kernel for s in self.steps if s.kernel})
+
+    def write(self, directory: str | Path) -> Path:
+        """Write ``model.c`` and ``model.h`` into ``directory`` (created) and return it."""
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "model.c").write_text(self.model_c)
+        (out / "model.h").write_text(self.model_h)
+        return out
+
+
+def _call(kernel: str, args: list[str]) -> str:
+    return f"{kernel}({', '.join(args)});"
+
+
+def _c_name(text: str) -> str:
+    name = re.sub(r"\W", "_", text)
+    return name if re.match(r"[A-Za-z_]", name) else f"n_{name}"
+
+
+def _tensor_nodes(core: TFLiteModel, graph: Graph) -> dict[int, str]:
+    """Activation tensor index -> the graph node holding it (a folded PAD's output is its
+    input's node: the convolution reads the unpadded tensor)."""
+    out: dict[int, str] = {}
+    for node in graph.nodes.values():
+        if node.is_input:
+            out[int(node.attrs["tensor_index"])] = node.name
+        else:
+            out[core.operators[int(node.attrs["tflite_index"])].outputs[0]] = node.name
+    for index in sorted(foldable_pads(core)):
+        op = core.operators[index]
+        if op.outputs[0] not in out and op.inputs[0] in out:
+            out[op.outputs[0]] = out[op.inputs[0]]
+    return out
+
+
+class _Emitter:
+    def __init__(self, core: TFLiteModel, graph: Graph, plan: ArenaPlan):
+        self.core, self.graph, self.plan = core, graph, plan
+        self.tensor_node = _tensor_nodes(core, graph)
+        self.consts: list[str] = []
+        self.definitions: list[str] = []
+        self.body: list[str] = []
+        self.steps: list[Step] = []
+        self.tir_names: dict[tuple[LayerSpec, str], str] = {}
+        self.used_names: set[str] = set()
+        self.scratch16 = 0
+        self.scratch32 = 0
+        self.location: dict[str, int] = {}   # node -> where it is read at the current step
+
+    # ----------------------------------------------------------------------- helpers
+    def where(self, op: Operator) -> str:
+        return f"{self.core.source}: operator {op.index} ({op.op})"
+
+    def unsupported(self, op: Operator, why: str) -> UnsupportedOperatorError:
+        return UnsupportedOperatorError(f"{self.where(op)}: {why}", op.op, op.index)
+
+    def activation(self, op: Operator, i: int) -> tuple[Tensor, str]:
+        """Operand ``i`` as (tensor, arena pointer expression); constants are refused."""
+        t = self.core.tensors[op.inputs[i]]
+        if t.data is not None:
+            raise self.unsupported(op, f"operand {i} ('{t.name}') is a constant; the emitter "
+                                       "supports activation operands only")
+        if t.dtype != "int8" or t.quant is None:
+            raise self.unsupported(op, f"operand '{t.name}' is {t.dtype}; only int8 "
+                                       "activations are supported")
+        node = self.tensor_node[op.inputs[i]]
+        return t, f"ARENA({self.location[node]})"
+
+    def bias(self, op: Operator, units: int) -> np.ndarray:
+        """The operator's constant int32 bias (operand 2), or zeros when it has none."""
+        i = op.inputs[2] if len(op.inputs) > 2 else -1
+        return self.core.tensors[i].data if i >= 0 else np.zeros(units, np.int32)
+
+    def output(self, node) -> str:
+        """The arena pointer expression of ``node``'s output."""
+        return f"ARENA({self.plan.offsets[node.name]})"
+
+    def const(self, name: str, dtype: str, values) -> str:
+        self.consts.append(c_array(name, dtype, values))
+        return name
+
+    def tir_kernel(self, spec: LayerSpec, layout: str) -> str:
+        key = (spec, layout)
+        if key not in self.tir_names:
+            base = default_kernel_name(spec, layout)
+            name, n = base, 1
+            while name in self.used_names:
+                n += 1
+                name = f"{base}_v{n}"
+            self.used_names.add(name)
+            self.tir_names[key] = name
+            source = emit_c_kernel(spec, layout, name)
+            self.definitions.append(source.removeprefix("#include <stdint.h>\n\n"))
+            self.scratch16 = max(self.scratch16, spec.window_elements)
+        return self.tir_names[key]
+
+    def op_kernel(self, kernel: OpKernel) -> str:
+        if kernel.name in self.used_names:
+            raise CodegenError(f"kernel name {kernel.name} is generated twice")
+        self.used_names.add(kernel.name)
+        self.definitions.append(kernel.source)
+        self.scratch16 = max(self.scratch16, kernel.scratch16)
+        self.scratch32 = max(self.scratch32, kernel.scratch32)
+        return kernel.name
+
+    @staticmethod
+    def scale_zp(t: Tensor) -> tuple[float, int]:
+        return t.quant.scalar_scale, t.quant.scalar_zero_point
+
+    # ----------------------------------------------------------------------- steps
+    def emit_step(self, k: int, name: str, pair: InPlaceStep | None, move: Move | None):
+        node = self.graph[name]
+        op = self.core.operators[int(node.attrs["tflite_index"])]
+        out = self.core.tensors[op.outputs[0]]
+        out_off = self.plan.offsets[name]
+        moved = 0
+        if move is not None:
+            moved = self.graph[move.tensor].bytes
+            self.body.append(f"    memmove(ARENA({move.dst}), ARENA({move.src}), {moved});  "
+                             f"/* right shift of {move.tensor} for in-place {name} */")
+            self.location[move.tensor] = move.dst
+        if pair is not None:
+            expected = out_off + pair.workspace_bytes - self.graph[pair.input].bytes
+            if self.location[pair.input] != expected:
+                raise CodegenError(f"plan places '{pair.input}' at {self.location[pair.input]}"
+                                   f", but in-place '{name}' needs it at {expected}")
+        handler = _HANDLERS.get(op.op)
+        if handler is None:
+            raise self.unsupported(op, f"not supported by the graph C emitter (supported: "
+                                       f"{', '.join(SUPPORTED_OPS)})")
+        if out.dtype != "int8" or out.quant is None:
+            raise self.unsupported(op, f"output '{out.name}' is {out.dtype}; only int8 "
+                                       "activations are supported")
+        kernel, layout, statement = handler(self, node, op, pair is not None)
+        if pair is not None and layout not in ("rip", "alias"):
+            raise CodegenError(f"the plan runs '{name}' ({op.op}) in place, which its "
+                               "kernel cannot do")
+        comment = f"/* step {k}: {name} ({op.op}), {layout}"
+        if pair is not None:
+            comment += f", workspace {pair.workspace_bytes} B at {out_off}"
+        comment += " */"
+        self.body.append(f"    {comment}")
+        if statement:
+            self.body.append(f"    {statement}")
+        first = next((i for i in op.inputs if i >= 0 and self.core.tensors[i].data is None),
+                     None)
+        in_node = self.tensor_node.get(first) if first is not None else None
+        saved = 0
+        if pair is not None:
+            saved = self.graph[pair.input].bytes + node.bytes - pair.workspace_bytes
+        self.steps.append(Step(k, name, op.op, kernel, layout, out_off,
+                               None if in_node is None else self.location[in_node],
+                               pair.workspace_bytes if pair else None, saved, moved))
+        self.location[name] = out_off
+
+    # ----------------------------------------------------------------------- op handlers
+    def window(self, node, op, in_place):
+        """CONV_2D, DEPTHWISE_CONV_2D, MAX_POOL_2D, AVERAGE_POOL_2D: TIR kernels."""
+        a = node.attrs
+        x, x_ptr = self.activation(op, 0)
+        out = self.core.tensors[op.outputs[0]]
+        in_shape = a["in_shape"]
+        if len(in_shape) != 4 or in_shape[0] != 1:
+            raise self.unsupported(op, f"input shape {in_shape}: batch-1 NHWC only")
+        in_hwc = tuple(in_shape[1:])
+        geometry = dict(kernel=tuple(a["kernel"]), stride=tuple(a["stride"]),
+                        padding=tuple(a["padding"]))
+        workspace = {"workspace_bytes": node.inplace} if in_place else {}
+        weights: list[str] = []
+        if op.op in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+            params = conv_params(self.core, op)
+            rq = params.requant
+            quant = dict(input_zero_point=params.input_zero_point,
+                         output_zero_point=rq.output_zero_point, act_min=rq.act_min,
+                         act_max=rq.act_max, **workspace)
+            w = self.core.tensors[op.inputs[1]].data
+            if op.op == "CONV_2D":
+                if a["groups"] != 1:
+                    raise self.unsupported(op, f"grouped convolution (groups={a['groups']})")
+                spec = LayerSpec.conv2d(in_hwc, out.shape[3], dilation=tuple(a["dilation"]),
+                                        **geometry, **quant)
+            else:
+                if out.shape[3] != in_hwc[2]:
+                    raise self.unsupported(op, "depth multiplier != 1")
+                spec = LayerSpec.depthwise_conv2d(in_hwc, dilation=tuple(a["dilation"]),
+                                                  **geometry, **quant)
+            c = _c_name(node.name)
+            weights = [self.const(f"{c}_weight", "int8", w),
+                       self.const(f"{c}_bias", "int32", self.bias(op, out.shape[3])),
+                       self.const(f"{c}_multiplier", "int32", rq.multiplier),
+                       self.const(f"{c}_shift", "int32", rq.shift)]
+        else:
+            if self.scale_zp(x) != self.scale_zp(out):
+                raise self.unsupported(op, "input and output quantization differ")
+            act_min, act_max = activation_range(
+                op.options.get("fused_activation_function", "NONE"), *self.scale_zp(out))
+            make = LayerSpec.max_pool2d if op.op == "MAX_POOL_2D" else LayerSpec.avg_pool2d
+            spec = make(in_hwc, act_min=act_min, act_max=act_max, **geometry, **workspace)
+        layout = "rip" if in_place else "dual"
+        kernel = self.tir_kernel(spec, layout)
+        buffers = [self.output(node)] if in_place else [x_ptr, self.output(node)]
+        return kernel, layout, _call(kernel, buffers + weights + ["scratch16"])
+
+    def add(self, node, op, in_place):
+        """Same-shape int8 ADD: the TIR kernel; in place, input 1 is overwritten."""
+        a, a_ptr = self.activation(op, 0)
+        b, b_ptr = self.activation(op, 1)
+        out = self.core.tensors[op.outputs[0]]
+        if not a.shape == b.shape == out.shape:
+            raise self.unsupported(op, f"broadcasting ADD ({list(a.shape)} + {list(b.shape)})")
+        p = add_params(*self.scale_zp(a), *self.scale_zp(b), *self.scale_zp(out),
+                       op.options.get("fused_activation_function", "NONE"))
+        rescale = AddRescale(p.input2_zero_point, p.input1_multiplier, p.input1_shift,
+                             p.input2_multiplier, p.input2_shift, int(p.output.multiplier),
+                             int(p.output.shift), p.left_shift)
+        hwc = tuple(out.shape[1:]) if len(out.shape) == 4 else (1, 1, out.size)
+        spec = LayerSpec.elementwise_add(hwc, rescale, input_zero_point=p.input1_zero_point,
+                                         output_zero_point=p.output.output_zero_point,
+                                         act_min=p.output.act_min, act_max=p.output.act_max)
+        layout = "rip" if in_place else "dual"
+        kernel = self.tir_kernel(spec, layout)
+        out_ptr = self.output(node)
+        return kernel, layout, _call(kernel, [out_ptr, b_ptr] if in_place
+                                     else [a_ptr, out_ptr, b_ptr])
+
+    def mean(self, node, op, in_place):
+        x, x_ptr = self.activation(op, 0)
+        out = self.core.tensors[op.outputs[0]]
+        rank = len(x.shape)
+        axes = sorted({int(v) % rank for v in
+                       np.asarray(self.core.tensors[op.inputs[1]].data).reshape(-1)})
+        if axes != list(range(axes[0], axes[-1] + 1)):
+            raise self.unsupported(op, f"MEAN over non-contiguous axes {axes}")
+        outer = int(np.prod(x.shape[:axes[0]], dtype=np.int64))
+        reduce = int(np.prod([x.shape[i] for i in axes], dtype=np.int64))
+        inner = int(np.prod(x.shape[axes[-1] + 1:], dtype=np.int64))
+        if in_place and outer != 1:
+            raise CodegenError(f"{self.where(op)}: in place only as one reduction block")
+        (si, zi), (so, zo) = self.scale_zp(x), self.scale_zp(out)
+        multiplier, shift = quantize_multiplier(float(si) / float(so))
+        # TFLM's QuantizedMeanOrSum folds 1/count into the multiplier (reference.mean_int8).
+        s = min(reduce.bit_length() - 1, 32, 31 + shift)
+        kernel = self.op_kernel(mean_kernel(_c_name(node.name), outer, reduce, inner,
+                                            zi, (multiplier << s) // reduce, shift - s, zo))
+        return kernel, "rip" if in_place else "dual", \
+            _call(kernel, [x_ptr, self.output(node), "scratch32"])
+
+    def fully_connected(self, node, op, in_place):
+        x, x_ptr = self.activation(op, 0)
+        w = self.core.tensors[op.inputs[1]]
+        out = self.core.tensors[op.outputs[0]]
+        if w.data is None or w.data.ndim != 2 or w.dtype != "int8":
+            raise self.unsupported(op, "weights must be a constant int8 matrix")
+        units, depth = w.data.shape
+        (si, zi), (so, zo) = self.scale_zp(x), self.scale_zp(out)
+        activation = op.options.get("fused_activation_function", "NONE")
+        if w.quant.per_channel:
+            rq = conv_requant(si, w.quant.scale, so, zo, activation)
+            multiplier, shift = rq.multiplier, rq.shift
+        else:   # TFLM: the input * filter scale product is taken in float32
+            product = np.float32(si) * np.float32(w.quant.scale[0])
+            m, s = quantize_multiplier(float(product) / float(so))
+            multiplier, shift = np.full(units, m), np.full(units, s)
+        act_min, act_max = activation_range(activation, so, zo)
+        c = _c_name(node.name)
+        kernel = self.op_kernel(fully_connected_kernel(c, x.size // depth, depth,
+                                                       units, zi, zo, act_min, act_max))
+        args = [x_ptr, self.output(node),
+                self.const(f"{c}_weight", "int8", w.data),
+                self.const(f"{c}_bias", "int32", self.bias(op, units)),
+                self.const(f"{c}_multiplier", "int32", multiplier),
+                self.const(f"{c}_shift", "int32", shift), "scratch16"]
+        return kernel, "rip" if in_place else "dual", _call(kernel, args)
+
+    def transpose(self, node, op, in_place):
+        x, x_ptr = self.activation(op, 0)
+        perm = np.asarray(self.core.tensors[op.inputs[1]].data).reshape(-1)
+        kernel = self.op_kernel(transpose_kernel(_c_name(node.name), x.shape, perm))
+        return kernel, "dual", _call(kernel, [x_ptr, self.output(node)])
+
+    def concatenation(self, node, op, in_place):
+        operands = [self.activation(op, i) for i in range(len(op.inputs))]
+        out = self.core.tensors[op.outputs[0]]
+        if any(self.scale_zp(t) != self.scale_zp(out) for t, _ in operands):
+            raise self.unsupported(op, "operands quantized differently from the output")
+        if op.options.get("fused_activation_function", "NONE") != "NONE":
+            raise self.unsupported(op, "fused activation")
+        kernel = self.op_kernel(concatenation_kernel(
+            _c_name(node.name), [t.shape for t, _ in operands],
+            int(op.options.get("axis", 0))))
+        return kernel, "dual", _call(kernel, [p for _, p in operands]
+                                     + [self.output(node)])
+
+    def pad(self, node, op, in_place):
+        x, x_ptr = self.activation(op, 0)
+        out = self.core.tensors[op.outputs[0]]
+        value = self.scale_zp(out)[1]
+        if len(op.inputs) > 2 and op.inputs[2] >= 0:
+            value = int(np.asarray(self.core.tensors[op.inputs[2]].data).reshape(-1)[0])
+        kernel = self.op_kernel(pad_kernel(_c_name(node.name), x.shape,
+                                           self.core.tensors[op.inputs[1]].data, value))
+        return kernel, "dual", _call(kernel, [x_ptr, self.output(node)])
+
+    def quantize(self, node, op, in_place):
+        x, x_ptr = self.activation(op, 0)
+        out = self.core.tensors[op.outputs[0]]
+        (si, zi), (so, zo) = self.scale_zp(x), self.scale_zp(out)
+        m, s = quantize_multiplier(float(si) / float(so))
+        kernel = self.op_kernel(requantize_kernel(_c_name(node.name), out.size,
+                                                  zi, m, s, zo))
+        return kernel, "rip" if in_place else "dual", \
+            _call(kernel, [x_ptr, self.output(node)])
+
+    def reshape(self, node, op, in_place):
+        x, x_ptr = self.activation(op, 0)
+        out_ptr = self.output(node)
+        if in_place or x_ptr == out_ptr:
+            return "", "alias", ""
+        return "", "copy", f"memcpy({out_ptr}, {x_ptr}, {node.bytes});"
+
+
+_HANDLERS = {"CONV_2D": _Emitter.window, "DEPTHWISE_CONV_2D": _Emitter.window,
+             "MAX_POOL_2D": _Emitter.window, "AVERAGE_POOL_2D": _Emitter.window,
+             "ADD": _Emitter.add, "MEAN": _Emitter.mean,
+             "FULLY_CONNECTED": _Emitter.fully_connected, "TRANSPOSE": _Emitter.transpose,
+             "CONCATENATION": _Emitter.concatenation, "PAD": _Emitter.pad,
+             "PADV2": _Emitter.pad, "QUANTIZE": _Emitter.quantize,
+             "RESHAPE": _Emitter.reshape}
+assert set(_HANDLERS) == set(SUPPORTED_OPS)
+
+
+def _describe(t: Tensor) -> str:
+    scale, zp = t.quant.scalar_scale, t.quant.scalar_zero_point
+    return f"'{t.name}' int8 {list(t.shape)}, scale {scale!r}, zero point {zp}"
+
+
+def emit_model(core: IntegerCore, graph: Graph, plan: ArenaPlan, *, opt_level: str | None = "O2",
+               name: str | None = None) -> EmittedModel:
+    """Emit ``model.c``/``model.h`` for ``core`` (:func:`integer_core`), its graph IR
+    (``tflite_to_graph(core.model, fold_pad=True)``) and a verified arena plan of that graph
+    (``alloc.plan_arena``, alignment 1). ``opt_level``: the GCC optimisation level the model's
+    functions get (None: the build's own)."""
+    model = core.model
+    if plan.alignment != 1:
+        raise CodegenError(f"the C emitter needs an alignment-1 plan, got {plan.alignment}")
+    if opt_level is not None and not re.fullmatch(r"O[0-3s]|Ofast", opt_level):
+        raise CodegenError(f"opt_level must be O0..O3, Os or Ofast, got {opt_level!r}")
+    name = name or model.name
+    emitter = _Emitter(model, graph, plan)
+    in_node = emitter.tensor_node[model.inputs[0]]
+    out_node = emitter.tensor_node[model.outputs[0]]
+    for n in graph.input_names:
+        emitter.location[n] = plan.offsets[n]
+    pairs = {p.step: p for p in plan.inplace}
+    moves = {m.step: m for m in plan.moves}
+    for k, node in enumerate(plan.order):
+        emitter.emit_step(k, node, pairs.get(k), moves.get(k))
+    n_in, n_out = core.input.nbytes, core.output.nbytes
+    arena = max(plan.arena_bytes, 1)
+
+    header = [f"/* {name}: generated by tvm_serenity.codegen.graph_c from {model.source}.",
+              f" * Order of {len(plan.order)} steps, arena plan '{plan.planner}' "
+              f"({plan.status}): {plan.arena_bytes} B (liveness peak "
+              f"{plan.liveness_peak_bytes} B), {len(plan.inplace)} in-place steps, "
+              f"{len(plan.moves)} right shifts.", " */"]
+    scratch_decls = []
+    if emitter.scratch16:
+        scratch_decls.append(f"static int16_t scratch16[{emitter.scratch16}];")
+    if emitter.scratch32:
+        scratch_decls.append(f"static int32_t scratch32[{emitter.scratch32}];")
+    pragma_on = pragma_off = []
+    if opt_level is not None:
+        pragma_on = ["#if defined(__GNUC__) && !defined(__clang__)",
+                     "#pragma GCC push_options", f'#pragma GCC optimize("{opt_level}")',
+                     "#endif"]
+        pragma_off = ["#if defined(__GNUC__) && !defined(__clang__)",
+                      "#pragma GCC pop_options", "#endif"]
+    run = [f"void model_run(const int8_t *in, int8_t *out) {{",
+           f"    memcpy(ARENA({plan.offsets[in_node]}), in, MODEL_INPUT_BYTES);",
+           *emitter.body,
+           f"    memcpy(out, ARENA({plan.offsets[out_node]}), MODEL_OUTPUT_BYTES);", "}"]
+    model_c = "\n".join([
+        *header, *pragma_on, "#include <stdint.h>", "#include <string.h>", "",
+        '#include "model.h"', "",
+        "static uint8_t arena[MODEL_ARENA_BYTES];",
+        "#define ARENA(offset) ((int8_t *)(arena + (offset)))", *scratch_decls, "",
+        C_HELPERS, *emitter.consts, *emitter.definitions, *run, *pragma_off, ""])
+    scratch_bytes = 2 * emitter.scratch16 + 4 * emitter.scratch32
+    guard = "SERENITY_MODEL_H"
+    stripped = (f" * Stripped at the edges: {', '.join(core.stripped)} (float32 <-> int8); "
+                "model_run works on the int8 tensors below.\n" if core.stripped else "")
+    model_h = (f"/* {name}: the model's C interface (tvm_serenity.codegen.graph_c).\n"
+               f" * Input:  {_describe(core.input)}\n"
+               f" * Output: {_describe(core.output)}\n{stripped}"
+               f" * Static RAM: arena {arena} B + kernel scratch {scratch_bytes} B.\n */\n"
+               f"#ifndef {guard}\n#define {guard}\n\n#include <stdint.h>\n\n"
+               f"#define MODEL_INPUT_BYTES {n_in}\n#define MODEL_OUTPUT_BYTES {n_out}\n"
+               f"#define MODEL_ARENA_BYTES {arena}\n"
+               f"#define MODEL_SCRATCH_BYTES {scratch_bytes}\n\n"
+               "void model_run(const int8_t *in, int8_t *out);\n\n"
+               f"#endif /* {guard} */\n")
+    return EmittedModel(name, model_c, model_h, arena, scratch_bytes, n_in, n_out,
+                        tuple(emitter.steps))

@@ -1,0 +1,244 @@
+"""From a ``.tflite`` file to a measured deployment on a Pico, a Pico 2 or the host, in two calls.
+
+:func:`compile_tflite` runs the whole pipeline and writes everything into ``out_dir``::
+
+    TFLite int8 model ─ integer_core (strip float QUANTIZE/DEQUANTIZE edges)
+        ─ tflite_to_graph (graph IR, PAD folded into convolutions, in-place flags)
+        ─ schedule(graph, method)              memory-aware order (tvm_serenity.schedule)
+        ─ plan_arena(graph, order, planner)    offsets in one arena, verified (tvm_serenity.alloc)
+        ─ emit_model                           model.c / model.h (tvm_serenity.codegen.graph_c)
+        ─ micro.generate_project + build       firmware, SRAM fit check (tvm_serenity.micro)
+
+``rip=True`` schedules and plans with in-place execution (Right In-Place convolutions, exact
+aliases for ADD/RESHAPE/...) and emits RiP kernels where the plan overlaps a layer's input and
+output; ``rip=False`` is the dual-buffer build of the same model (no overlap anywhere, the same
+kernel loops on two buffers). Building checks the SRAM fit for ``pico``/``pico2`` (arena +
+kernel scratch + .data/.bss + stack reserve against the chip's SRAM) and refuses a model that
+does not fit with every part itemised.
+
+Layout of ``out_dir``: ``model/`` (model.c, model.h), ``project/`` (the micro project: harness,
+Makefile, linker scripts, Pico SDK project, input.c), ``input.bin`` (the int8 input the
+project runs) and ``plan.json`` (order, offsets, arena bytes, liveness peak, lower bounds,
+per-layer in-place savings, scratch, fit).
+
+:func:`run` runs a compiled directory on the target's emulator (rp2040js for ``pico``, QEMU
+for ``pico2``), a connected board (``emulate=False``) or natively (``host=True``, the same
+model.c), and by default checks the output bytes against the numpy reference interpreter
+(:mod:`tvm_serenity.frontend.reference`, bit-exact with TFLite Micro) on the same input.
+Inputs and outputs are the int8 tensors of :func:`~tvm_serenity.codegen.graph_c.integer_core`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import micro
+from .alloc import ArenaPlan, plan_arena
+from .codegen.graph_c import EmittedModel, IntegerCore, emit_model, integer_core
+from .errors import SerenityError
+from .frontend import Interpreter, load_tflite, tflite_to_graph
+from .frontend.tflite_model import Tensor
+from .graph import Graph
+from .schedule import ScheduleResult
+from .schedule import schedule as schedule_graph
+
+__all__ = ["TARGETS", "DEFAULT_TIME_LIMIT", "PLAN_FILE", "CompiledModel", "compile_tflite",
+           "run", "reference_output", "load_plan"]
+
+TARGETS = ("pico", "pico2", "host")
+DEFAULT_TIME_LIMIT = 30.0
+PLAN_FILE = "plan.json"
+MODEL_DIR = "model"
+PROJECT_DIR = "project"
+INPUT_FILE = "input.bin"
+
+
+def _tensor_json(t: Tensor) -> dict:
+    return {"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "bytes": t.nbytes,
+            "scale": t.quant.scalar_scale, "zero_point": t.quant.scalar_zero_point}
+
+
+@dataclass(frozen=True)
+class CompiledModel:
+    """What :func:`compile_tflite` produced (all of it is also in ``out_dir``)."""
+
+    out_dir: Path
+    source: Path
+    target: str
+    rip: bool
+    core: IntegerCore
+    graph: Graph
+    schedule: ScheduleResult
+    plan: ArenaPlan
+    emitted: EmittedModel
+    firmware: micro.Firmware | None       # None when built with build=False
+
+    @property
+    def model_dir(self) -> Path:
+        return self.out_dir / MODEL_DIR
+
+    @property
+    def project_dir(self) -> Path:
+        return self.out_dir / PROJECT_DIR
+
+    @property
+    def arena_bytes(self) -> int:
+        return self.plan.arena_bytes
+
+    @property
+    def scratch_bytes(self) -> int:
+        return self.emitted.scratch_bytes
+
+    @property
+    def fit(self) -> micro.FitReport | None:
+        return self.firmware.fit if self.firmware is not None else None
+
+    def plan_json(self) -> dict:
+        plan = self.plan
+        return {
+            "model": str(self.source), "name": self.core.source.name, "target": self.target,
+            "rip": self.rip, "stripped_edges": list(self.core.stripped),
+            "input": _tensor_json(self.core.input), "output": _tensor_json(self.core.output),
+            "schedule": {"method": self.schedule.method, "peak_bytes": self.schedule.peak_bytes,
+                         "optimal": self.schedule.optimal,
+                         "lower_bound_bytes": self.schedule.lower_bound_bytes,
+                         "seconds": round(self.schedule.seconds, 6)},
+            "planner": plan.planner, "plan_status": plan.status,
+            "arena_bytes": plan.arena_bytes, "liveness_peak_bytes": plan.liveness_peak_bytes,
+            "lower_bound_bytes": plan.lower_bound_bytes,
+            "scratch_bytes": self.emitted.scratch_bytes,
+            "inplace_saved_bytes": sum(s.saved_bytes for s in self.emitted.steps),
+            "order": list(plan.order), "offsets": dict(plan.offsets),
+            "moves": [m.to_json() for m in plan.moves],
+            "layers": [s.to_json() for s in self.emitted.steps],
+            "fit": self.fit.to_json() if self.fit is not None else None,
+        }
+
+    def summary(self) -> str:
+        """A few lines for a terminal."""
+        p = self.plan
+        build = "RiP" if self.rip else "dual-buffer"
+        lines = [f"{self.core.source.name} -> {self.target} ({build}), {len(p.order)} steps, "
+                 f"{self.emitted.kernels} kernels, in {self.out_dir}",
+                 f"arena {p.arena_bytes:,} B (liveness peak {p.liveness_peak_bytes:,} B, "
+                 f"lower bound {self.schedule.lower_bound_bytes:,} B over all orders), "
+                 f"{len(p.inplace)} in-place steps saving "
+                 f"{sum(s.saved_bytes for s in self.emitted.steps):,} B, {len(p.moves)} right "
+                 f"shifts; kernel scratch {self.emitted.scratch_bytes:,} B"]
+        if self.fit is not None:
+            lines.append(self.fit.describe())
+        return "\n".join(lines)
+
+
+def _random_input(nbytes: int, seed: int) -> bytes:
+    return np.random.default_rng(seed).integers(-128, 128, nbytes, dtype=np.int8).tobytes()
+
+
+def _input_bytes(data, nbytes: int) -> bytes:
+    raw = np.ascontiguousarray(data, dtype=np.int8).tobytes() if isinstance(data, np.ndarray) \
+        else bytes(data)
+    if len(raw) != nbytes:
+        raise SerenityError(f"the input has {len(raw)} bytes, the model takes {nbytes} (int8)")
+    return raw
+
+
+def compile_tflite(path: str | os.PathLike, target: str = "pico",
+                   out_dir: str | os.PathLike = "serenity_out", *, schedule: str = "serenity",
+                   planner: str = "optimal", rip: bool = True,
+                   time_limit: float | None = DEFAULT_TIME_LIMIT, input=None, seed: int = 0,
+                   opt_level: str | None = "O2", build: bool = True,
+                   stack_reserve: int = micro.DEFAULT_STACK_RESERVE) -> CompiledModel:
+    """Compile the TFLite int8 model at ``path`` for ``target`` (``"pico"``, ``"pico2"`` or
+    ``"host"``) into ``out_dir`` (see the module docstring).
+
+    ``schedule``: a method of :mod:`tvm_serenity.schedule` (``"serenity"``: the exact
+    divide-and-conquer search); ``planner``: an arena planner of :mod:`tvm_serenity.alloc`;
+    ``time_limit`` bounds each (seconds). ``input``: the int8 input the project runs (bytes or
+    an int8 array; default: ``seed``-random bytes). ``build=False`` only generates the sources;
+    otherwise the firmware is built and, for the Pico boards, a model that does not fit SRAM
+    is refused with :class:`~tvm_serenity.errors.SerenityError` naming every part.
+    """
+    if target not in TARGETS:
+        raise SerenityError(f"unknown target '{target}' (choose from {', '.join(TARGETS)})")
+    source = Path(path).resolve()
+    core = integer_core(load_tflite(source))
+    graph = tflite_to_graph(core.model, fold_pad=True, name=core.source.name)
+    order = schedule_graph(graph, schedule, inplace=rip, time_limit=time_limit)
+    plan = plan_arena(graph, order.order, planner, 1, rip, time_limit)
+    emitted = emit_model(core, graph, plan, opt_level=opt_level, name=core.source.name)
+    out = Path(out_dir)
+    emitted.write(out / MODEL_DIR)
+    data = _random_input(emitted.input_bytes, seed) if input is None else \
+        _input_bytes(input, emitted.input_bytes)
+    (out / INPUT_FILE).write_bytes(data)
+    micro.generate_project(out / PROJECT_DIR, out / MODEL_DIR, target, emulate=True,
+                           input_data=data, stack_reserve=stack_reserve)
+    compiled = CompiledModel(out, source, target, rip, core, graph, order, plan, emitted, None)
+    (out / PLAN_FILE).write_text(json.dumps(compiled.plan_json(), indent=1) + "\n")
+    if not build:
+        return compiled
+    firmware = micro.build(out / PROJECT_DIR)      # raises with the numbers if it does not fit
+    compiled = CompiledModel(out, source, target, rip, core, graph, order, plan, emitted,
+                             firmware)
+    (out / PLAN_FILE).write_text(json.dumps(compiled.plan_json(), indent=1) + "\n")
+    return compiled
+
+
+def load_plan(out_dir: str | os.PathLike) -> dict:
+    """The ``plan.json`` of a directory written by :func:`compile_tflite`."""
+    path = Path(out_dir) / PLAN_FILE
+    try:
+        return json.loads(path.read_text())
+    except OSError:
+        raise SerenityError(f"'{out_dir}' is not a compiled model directory (no {PLAN_FILE}); "
+                            "create it with compile_tflite") from None
+
+
+def reference_output(model: str | os.PathLike, input: bytes) -> bytes:
+    """The int8 output bytes the numpy reference interpreter computes for ``input`` on the
+    integer core of the ``.tflite`` at ``model`` (what ``model_run`` must return)."""
+    core = integer_core(load_tflite(model))
+    x = np.frombuffer(_input_bytes(input, core.input.nbytes), dtype=np.int8)
+    y = Interpreter(core.model).run([x.reshape(core.input.shape)])[0]
+    return np.ascontiguousarray(y, dtype=np.int8).tobytes()
+
+
+def run(out_dir: str | os.PathLike, emulate: bool = True, input=None, *, host: bool = False,
+        check: bool = True, timeout: float = 600.0) -> micro.RunResult:
+    """Run a directory written by :func:`compile_tflite` and return the measurements.
+
+    ``emulate=True``: the target's emulator (rp2040js cycles for ``pico``, QEMU instruction
+    counts for ``pico2``); ``False``: a connected board (:func:`tvm_serenity.micro.run`).
+    ``host=True`` builds and runs the same model.c natively instead. ``input`` (bytes or an
+    int8 array) replaces the project's input first. ``check``: raise
+    :class:`~tvm_serenity.errors.SerenityError` unless the output equals the numpy reference
+    interpreter's, byte for byte. ``timeout`` bounds the run (seconds of wall time).
+    """
+    out = Path(out_dir)
+    meta = load_plan(out)
+    project = out / PROJECT_DIR
+    if input is not None:
+        data = _input_bytes(input, meta["input"]["bytes"])
+        micro.generate_project(project, out / MODEL_DIR, meta["target"], emulate=True,
+                               input_data=data,
+                               stack_reserve=micro.load_project(project)["stack_reserve"])
+        (out / INPUT_FILE).write_bytes(data)
+    data = (out / INPUT_FILE).read_bytes()
+    if host or meta["target"] == "host":
+        result = micro.run_host(micro.build_firmware(project, "host"), timeout=timeout)
+    else:
+        result = micro.run(project, emulate=emulate, timeout=timeout)
+    if check:
+        expected = reference_output(meta["model"], data)
+        if result.output != expected:
+            first = next(i for i, (a, b) in enumerate(zip(result.output, expected)) if a != b) \
+                if len(result.output) == len(expected) else 0
+            raise SerenityError(f"{result.backend} output differs from the reference "
+                                f"interpreter ({len(result.output)} vs {len(expected)} bytes, "
+                                f"first difference at byte {first})")
+    return result
