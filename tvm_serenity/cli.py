@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from . import __version__
 from .errors import SerenityError
@@ -27,47 +28,208 @@ def _kib(n: int) -> str:
 
 
 def _add_schedule(sub) -> None:
+    from .alloc import PLANNERS
     from .schedule import METHODS
     p = sub.add_parser("schedule", help="order a graph's operators for minimum peak memory",
-                       description="Schedule GRAPH.json (interchange JSON) and print the order, "
-                                   "its liveness peak and a lower bound.")
+                       description="Schedule GRAPH.json (interchange JSON), plan its arena and "
+                                   "print the order, its liveness peak, a lower bound and the "
+                                   "arena size.")
     p.add_argument("graph", help="graph interchange JSON file")
-    p.add_argument("--method", default="stored", choices=sorted(METHODS) + ["all"],
-                   help="scheduling method ('all' compares every method)")
+    p.add_argument("--method", default="serenity", choices=sorted(METHODS) + ["all"],
+                   help="scheduling method (default: serenity; 'all' compares every method)")
     p.add_argument("--time-limit", type=float, default=None, metavar="SEC",
                    help="stop searching after SEC seconds and return the best order found")
     p.add_argument("--no-inplace", dest="inplace", action="store_false",
                    help="ignore in-place capable nodes (the SERENITY paper's plain model)")
+    p.add_argument("--rewrite", action="store_true",
+                   help="apply identity graph rewriting where it lowers the optimal peak")
+    p.add_argument("--save-graph", metavar="FILE",
+                   help="write the (rewritten) graph that the order refers to")
+    p.add_argument("--planner", default="optimal", choices=sorted(PLANNERS),
+                   help="arena planner for the chosen order (default: optimal)")
+    p.add_argument("--alignment", type=int, default=1, metavar="BYTES",
+                   help="arena offset alignment (1 for MCU int8, 64 for the TVM host path)")
     p.add_argument("--seed", type=int, default=0, help="seed for randomised methods")
     p.add_argument("--json", action="store_true", help="print one JSON object (machines)")
     p.set_defaults(func=_cmd_schedule)
 
 
 def _cmd_schedule(args) -> int:
+    from .alloc import plan_arena
     from .schedule import METHODS, schedule
     graph = Graph.load(args.graph)
+    rewrite = None
+    if args.rewrite:
+        if args.method == "all":
+            raise SerenityError("--rewrite needs one --method, not 'all'")
+        from .rewrite import rewrite_graph
+        rewrite = rewrite_graph(graph, inplace=args.inplace, time_limit=args.time_limit,
+                                method=args.method)
+        graph = rewrite.graph
+    if args.save_graph:
+        graph.save(args.save_graph)
     methods = sorted(METHODS) if args.method == "all" else [args.method]
-    results = [schedule(graph, m, inplace=args.inplace, time_limit=args.time_limit,
+    results = [rewrite.schedule if rewrite else
+               schedule(graph, m, inplace=args.inplace, time_limit=args.time_limit,
                         seed=args.seed) for m in methods]
+    best = min(results, key=lambda r: r.peak_bytes)
+    plan = plan_arena(graph, best.order, args.planner, args.alignment, args.inplace,
+                      args.time_limit)
+    arena = {"arena_bytes": plan.arena_bytes, "planner": plan.planner,
+             "arena_status": plan.status, "arena_gap": round(plan.gap, 6),
+             "arena_seconds": round(plan.seconds, 6), "offsets": plan.offsets,
+             "right_shifts": plan.num_moves}
     if args.json:
-        payload = (results[0].to_json() if len(results) == 1
-                   else {"graph": graph.name, "results": [r.to_json() for r in results]})
+        if len(results) == 1:
+            payload = {**results[0].to_json(), **arena}
+            if rewrite:
+                payload["rewrite"] = rewrite.to_json()
+        else:
+            payload = {"graph": graph.name, "results": [r.to_json() for r in results],
+                       "best": best.method, **arena}
         print(json.dumps(payload))
         return 0
     print(f"graph {graph.name}: {len(graph.op_names)} ops, {len(graph.input_names)} inputs, "
           f"in-place {'on' if args.inplace else 'off'}")
+    if rewrite:
+        print(f"rewriting: {len(rewrite.applied)} rewrites applied, optimal peak "
+              f"{rewrite.peak_before:,} -> {rewrite.peak_after:,} B")
     print(f"{'method':<12}{'peak KiB':>12}{'bound KiB':>12}{'gap':>8}{'optimal':>9}"
           f"{'seconds':>10}")
     for r in results:
         print(f"{r.method:<12}{_kib(r.peak_bytes):>12}{_kib(r.lower_bound_bytes):>12}"
               f"{r.gap:>8.1%}{'yes' if r.optimal else 'no':>9}{r.seconds:>10.3f}")
-    best = min(results, key=lambda r: r.peak_bytes)
     sim = simulate(graph, best.order, args.inplace)
     print(f"\nbest: {best.method}, peak {best.peak_bytes:,} B at step {sim.peak_step} "
           f"('{sim.peak_node}'), live there: {', '.join(sim.live_at_peak)}")
+    print(f"arena ({plan.planner}): {plan.arena_bytes:,} B for a liveness peak of "
+          f"{plan.liveness_peak_bytes:,} B ({plan.status}), {plan.num_moves} right shifts")
     if sim.inplace_nodes:
         print(f"in place: {', '.join(sim.inplace_nodes)}")
     print("order: " + " ".join(best.order))
+    return 0
+
+
+def _add_compile(sub) -> None:
+    from .alloc import PLANNERS
+    from .deploy import TARGETS
+    from .schedule import METHODS
+    p = sub.add_parser("compile", help="compile a .tflite int8 model for a board (like tvmc)",
+                       description="Compile MODEL (.tflite, int8) for TARGET into OUT: model.c/"
+                                   "model.h, a firmware project, plan.json and a report.")
+    p.add_argument("model", help="int8 .tflite model")
+    p.add_argument("--target", default="pico", choices=TARGETS)
+    p.add_argument("-o", "--output", default="serenity_out", metavar="OUT",
+                   help="output directory (default: serenity_out)")
+    p.add_argument("--schedule", default="serenity", choices=sorted(METHODS),
+                   help="operator order (default: serenity; 'stored' is TFLite's order)")
+    p.add_argument("--planner", default="optimal", choices=sorted(PLANNERS),
+                   help="arena planner (default: optimal)")
+    p.add_argument("--rip", action=argparse.BooleanOptionalAction, default=True,
+                   help="Right In-Place kernels and in-place planning (default: on)")
+    p.add_argument("--rewrite", action=argparse.BooleanOptionalAction, default=False,
+                   help="identity graph rewriting (graph-level only; see README)")
+    p.add_argument("--time-limit", type=float, default=30.0, metavar="SEC",
+                   help="bound for the scheduler and the arena solver, each (default: 30)")
+    p.add_argument("--json", action="store_true", help="print plan.json instead of a summary")
+    p.set_defaults(func=_cmd_compile)
+
+
+def _cmd_compile(args) -> int:
+    from . import deploy
+    model = Path(args.model)
+    if model.suffix.lower() == ".onnx":
+        raise SerenityError(f"'{model}': ONNX models are not supported by the MCU path yet; "
+                            "convert to an int8 .tflite")
+    if args.rewrite:
+        raise SerenityError("--rewrite: identity graph rewriting is not emitted as C yet; "
+                            "`tvm-serenity schedule --rewrite` shows its effect on the graph")
+    if not model.is_file():
+        raise SerenityError(f"model file '{model}' does not exist")
+    compiled = deploy.compile_tflite(model, args.target, args.output, schedule=args.schedule,
+                                     planner=args.planner, rip=args.rip,
+                                     time_limit=args.time_limit)
+    from .report import write_compiled_report
+    report = write_compiled_report(args.output)
+    if args.json:
+        print(json.dumps(compiled.plan_json()))
+    else:
+        print(compiled.summary())
+        print(f"report: {report.html}")
+    return 0
+
+
+def _add_run(sub) -> None:
+    p = sub.add_parser("run", help="run a compiled model (emulator, board or host; like tvmc "
+                                   "run)",
+                       description="Run OUT (from tvm-serenity compile) and check its output "
+                                   "against the reference interpreter.")
+    p.add_argument("output", metavar="OUT", help="directory written by tvm-serenity compile")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--emulate", dest="where", action="store_const", const="emulate",
+                       help="the target's emulator: rp2040js (pico), QEMU (pico2) (default)")
+    where.add_argument("--board", dest="where", action="store_const", const="board",
+                       help="a connected board over USB serial")
+    where.add_argument("--host", dest="where", action="store_const", const="host",
+                       help="the same model.c built natively")
+    p.add_argument("--input", metavar="FILE", help="raw int8 input bytes (default: the "
+                                                   "input compiled into the project)")
+    p.add_argument("--no-check", action="store_true",
+                   help="do not compare the output with the reference interpreter")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="SEC")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_run, where="emulate")
+
+
+def _cmd_run(args) -> int:
+    from . import deploy
+    data = None
+    if args.input:
+        try:
+            data = Path(args.input).read_bytes()
+        except OSError as e:
+            raise SerenityError(f"cannot read input file '{args.input}': {e.strerror}") from None
+    result = deploy.run(args.output, emulate=args.where != "board", input=data,
+                        host=args.where == "host", check=not args.no_check,
+                        timeout=args.timeout)
+    if args.json:
+        print(json.dumps(result.to_json()))
+    else:
+        for key, value in result.to_json().items():
+            print(f"{key:>20}: {value}")
+        if not args.no_check:
+            print(f"{'check':>20}: output identical to the reference interpreter")
+    return 0
+
+
+def _add_report(sub) -> None:
+    p = sub.add_parser("report", help="(re)write the HTML/PNG report of a compiled model")
+    p.add_argument("output", metavar="OUT", help="directory written by tvm-serenity compile")
+    p.set_defaults(func=_cmd_report)
+
+
+def _cmd_report(args) -> int:
+    from .report import write_compiled_report
+    print(write_compiled_report(args.output).html)
+    return 0
+
+
+def _add_demo(sub) -> None:
+    p = sub.add_parser("demo", help="compile the built-in model for a Pico both ways and run "
+                                    "it on the emulator")
+    p.add_argument("-o", "--output", default="serenity_demo", metavar="DIR")
+    p.add_argument("--no-emulate", dest="emulate", action="store_false",
+                   help="compile only (no rp2040js run)")
+    p.set_defaults(func=_cmd_demo)
+
+
+def _cmd_demo(args) -> int:
+    from .demo import format_demo, run_demo
+    print("tvm-serenity demo: a two-branch int8 CNN (48x48x8 input) for the Raspberry Pi Pico "
+          "(RP2040, 264 KiB SRAM), run on rp2040js")
+    rows = run_demo(args.output, emulate=args.emulate)
+    print(format_demo(rows))
+    print(f"artefacts and report: {Path(args.output) / 'serenity'}")
     return 0
 
 
@@ -77,6 +239,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tvm-serenity {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_schedule(sub)
+    _add_compile(sub)
+    _add_run(sub)
+    _add_report(sub)
+    _add_demo(sub)
     return parser
 
 

@@ -18,8 +18,8 @@ does not fit with every part itemised.
 
 Layout of ``out_dir``: ``model/`` (model.c, model.h), ``project/`` (the micro project: harness,
 Makefile, linker scripts, Pico SDK project, input.c), ``input.bin`` (the int8 input the
-project runs) and ``plan.json`` (order, offsets, arena bytes, liveness peak, lower bounds,
-per-layer in-place savings, scratch, fit).
+project runs), ``graph.json`` (the graph IR the order refers to) and ``plan.json`` (order,
+offsets, arena bytes, liveness peak, lower bounds, per-layer in-place savings, scratch, fit).
 
 :func:`run` runs a compiled directory on the target's emulator (rp2040js for ``pico``, QEMU
 for ``pico2``), a connected board (``emulate=False``) or natively (``host=True``, the same
@@ -47,12 +47,13 @@ from .graph import Graph
 from .schedule import ScheduleResult
 from .schedule import schedule as schedule_graph
 
-__all__ = ["TARGETS", "DEFAULT_TIME_LIMIT", "PLAN_FILE", "CompiledModel", "compile_tflite",
+__all__ = ["TARGETS", "DEFAULT_TIME_LIMIT", "PLAN_FILE", "GRAPH_FILE", "CompiledModel", "compile_tflite",
            "run", "reference_output", "load_plan"]
 
 TARGETS = ("pico", "pico2", "host")
 DEFAULT_TIME_LIMIT = 30.0
 PLAN_FILE = "plan.json"
+GRAPH_FILE = "graph.json"
 MODEL_DIR = "model"
 PROJECT_DIR = "project"
 INPUT_FILE = "input.bin"
@@ -179,6 +180,7 @@ def compile_tflite(path: str | os.PathLike, target: str = "pico",
     micro.generate_project(out / PROJECT_DIR, out / MODEL_DIR, target, emulate=True,
                            input_data=data, stack_reserve=stack_reserve)
     compiled = CompiledModel(out, source, target, rip, core, graph, order, plan, emitted, None)
+    graph.save(out / GRAPH_FILE)
     (out / PLAN_FILE).write_text(json.dumps(compiled.plan_json(), indent=1) + "\n")
     if not build:
         return compiled

@@ -1,0 +1,231 @@
+"""Reports people can look at: memory over time, the arena map, per-layer RiP savings.
+
+:func:`write_report` renders, into one directory, three PNGs (matplotlib, headless) and a
+self-contained ``report.html`` (the same PNGs embedded as data URIs, plus the summary table):
+
+* ``memory.png``: bytes live at every step (the memory model's ``mem_during``) for each order
+  given, e.g. TFLite's stored order against ours, with the SRAM budget as a line;
+* ``arena.png``: the arena map of a plan: one rectangle per tensor, steps on x (from its
+  producer's step to its last consumer's), addresses on y; in-place pairs highlighted;
+* ``rip.png``: per in-place capable layer, dual-buffer bytes (input + output) against its
+  in-place workspace, marking the layers that ran in place in the chosen order.
+
+Every figure is computed by :mod:`tvm_serenity.memory` and the plan's own offsets; the
+returned :class:`Report` keeps the plotted series so tests can check what was drawn.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import SerenityError
+from .graph import Graph
+from .memory import liveness, simulate
+
+__all__ = ["Report", "LayerSaving", "layer_savings", "write_report", "write_compiled_report",
+           "REPORT_DIR"]
+
+REPORT_DIR = "report"
+
+
+@dataclass(frozen=True)
+class LayerSaving:
+    name: str
+    op: str
+    dual_buffer_bytes: int      # input + output, disjoint
+    inplace_bytes: int          # the shared region (RiP workspace or exact alias)
+    ran_inplace: bool           # did it run in place in the order reported
+
+    @property
+    def saved_bytes(self) -> int:
+        return self.dual_buffer_bytes - self.inplace_bytes
+
+
+def layer_savings(graph: Graph, order) -> list[LayerSaving]:
+    """Every in-place capable node of ``graph`` and what in-place execution saves on it."""
+    ran = set(simulate(graph, order).inplace_nodes)
+    out = []
+    for name in order:
+        node = graph.nodes[name]
+        if node.inplace is None:
+            continue
+        n_in = graph.nodes[node.inputs[0]].bytes
+        shared = max(n_in, node.bytes) if node.inplace == "alias" else node.inplace
+        out.append(LayerSaving(name, node.op, n_in + node.bytes, min(shared, n_in + node.bytes),
+                               name in ran))
+    return out
+
+
+@dataclass
+class Report:
+    directory: Path
+    html: Path
+    images: dict[str, Path]
+    # what was plotted: label -> per-step live bytes; the arena's rectangles
+    memory_series: dict[str, list[int]] = field(default_factory=dict)
+    arena_rectangles: list[tuple[str, int, int, int, int]] = field(default_factory=list)
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _plot_memory(path: Path, graph: Graph, orders: dict[str, tuple[list[str], bool]],
+                 budget_bytes: int | None) -> dict[str, list[int]]:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9, 4))
+    series = {}
+    for label, (order, inplace) in orders.items():
+        steps = list(simulate(graph, order, inplace).step_bytes)
+        series[label] = steps
+        ax.step(range(len(steps)), [s / 1024 for s in steps], where="mid",
+                label=f"{label} (peak {max(steps) / 1024:,.1f} KiB)")
+    if budget_bytes:
+        ax.axhline(budget_bytes / 1024, color="red", linestyle="--",
+                   label=f"SRAM budget {budget_bytes / 1024:,.0f} KiB")
+    ax.set_xlabel("step (operator executed)")
+    ax.set_ylabel("live activation memory (KiB)")
+    ax.set_title(f"{graph.name}: memory over time")
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return series
+
+
+def _plot_arena(path: Path, graph: Graph, order: list[str], offsets: dict[str, int],
+                arena_bytes: int, planner: str, inplace: bool):
+    plt = _pyplot()
+    from matplotlib.patches import Rectangle
+    live = liveness(graph, order, inplace)
+    # pairs the plan really laid out in place: input and output share addresses
+    pair_tensors = set()
+    for p in live.inplace:
+        a, b = offsets[p.input], offsets[p.output]
+        if a < b + graph.nodes[p.output].bytes and b < a + graph.nodes[p.input].bytes:
+            pair_tensors |= {p.input, p.output}
+    fig, ax = plt.subplots(figsize=(9, 5))
+    rects = []
+    for name, lt in live.lifetimes.items():
+        x0, width = lt.start, lt.end - lt.start + 1
+        y0, height = offsets[name], lt.bytes
+        rects.append((name, x0, width, y0, height))
+        paired = name in pair_tensors
+        ax.add_patch(Rectangle((x0 - 0.45, y0 / 1024), width - 0.1, height / 1024,
+                               facecolor="tab:orange" if paired else "tab:blue", alpha=0.55,
+                               edgecolor="black", linewidth=0.4, hatch="//" if paired else None))
+    ax.set_xlim(-1, max(live.num_steps, 1))
+    ax.set_ylim(0, max(arena_bytes, 1) / 1024 * 1.05)
+    ax.axhline(arena_bytes / 1024, color="black", linewidth=0.8)
+    ax.set_xlabel("step")
+    ax.set_ylabel("arena address (KiB)")
+    ax.set_title(f"arena map: {arena_bytes:,} B ({planner}); hatched = in-place pairs")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return rects
+
+
+def _plot_savings(path: Path, savings: list[LayerSaving]) -> None:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9, 4))
+    xs = range(len(savings))
+    ax.bar(xs, [s.dual_buffer_bytes / 1024 for s in savings], color="lightgray",
+           label="dual buffer (input + output)")
+    ax.bar(xs, [s.inplace_bytes / 1024 for s in savings],
+           color=["tab:green" if s.ran_inplace else "tab:olive" for s in savings],
+           label="in-place workspace (green: ran in place)")
+    ax.set_xlabel("in-place capable layer (execution order)")
+    ax.set_ylabel("KiB")
+    ax.set_title("per-layer memory: dual buffer vs Right In-Place")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_report(out_dir: str | os.PathLike, graph: Graph,
+                 orders: dict[str, tuple[list[str], bool]], offsets: dict[str, int],
+                 arena_bytes: int, planner: str, summary: list[tuple[str, str]],
+                 budget_bytes: int | None = None) -> Report:
+    """Render the report into ``out_dir``. ``orders`` maps a label to ``(order, inplace)``
+    (the baseline first, ours last); ``offsets``/``arena_bytes``/``planner`` are the arena plan
+    of ours."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ours, inplace = list(orders.values())[-1]
+    images = {"memory": out / "memory.png", "arena": out / "arena.png"}
+    series = _plot_memory(images["memory"], graph, orders, budget_bytes)
+    rects = _plot_arena(images["arena"], graph, ours, offsets, arena_bytes, planner, inplace)
+    savings = layer_savings(graph, ours) if inplace else []
+    if savings:
+        images["rip"] = out / "rip.png"
+        _plot_savings(images["rip"], savings)
+    rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
+                   for k, v in summary)
+    figures = "".join(
+        f'<h2>{title}</h2><img alt="{title}" src="data:image/png;base64,'
+        f'{base64.b64encode(images[key].read_bytes()).decode()}">'
+        for key, title in (("memory", "Memory over time"), ("arena", "Arena map"),
+                           ("rip", "Per-layer in-place savings")) if key in images)
+    layer_rows = "".join(
+        f"<tr><td>{html.escape(s.name)}</td><td>{html.escape(s.op)}</td>"
+        f"<td>{s.dual_buffer_bytes:,}</td><td>{s.inplace_bytes:,}</td><td>{s.saved_bytes:,}</td>"
+        f"<td>{'yes' if s.ran_inplace else 'no'}</td></tr>" for s in savings)
+    layers = ("<h2>Layers</h2><table><tr><th>layer</th><th>op</th><th>dual buffer B</th>"
+              "<th>in place B</th><th>saved B</th><th>ran in place</th></tr>"
+              f"{layer_rows}</table>") if savings else ""
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>tvm-serenity: "
+            f"{html.escape(graph.name)}</title><style>body{{font-family:sans-serif;max-width:"
+            f"1000px;margin:auto}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;"
+            f"padding:2px 8px;text-align:right}}img{{max-width:100%}}</style></head><body>"
+            f"<h1>{html.escape(graph.name)}</h1><table>{rows}</table>{figures}{layers}"
+            f"</body></html>")
+    html_path = out / "report.html"
+    html_path.write_text(page)
+    return Report(out, html_path, images, series, rects)
+
+
+def write_compiled_report(out_dir: str | os.PathLike) -> Report:
+    """(Re)write ``OUT/report`` of a directory written by :func:`tvm_serenity.deploy.
+    compile_tflite`, from its ``graph.json`` and ``plan.json``: TFLite's stored order against
+    the compiled order, the compiled arena, the per-layer savings."""
+    from .deploy import GRAPH_FILE, load_plan
+    from .micro import get_board
+    out = Path(out_dir)
+    plan = load_plan(out)
+    graph_path = out / GRAPH_FILE
+    if not graph_path.is_file():
+        raise SerenityError(f"'{out}' has no {GRAPH_FILE}; compile it with tvm-serenity compile")
+    graph = Graph.load(graph_path)
+    rip = plan["rip"]
+    sram = get_board(plan["target"]).sram
+    budget = sram.size if sram is not None else None
+    stored_peak = simulate(graph, graph.op_names, inplace=False).peak_bytes
+    summary = [("model", plan["model"]), ("target", plan["target"]),
+               ("kernels", "Right In-Place" if rip else "dual buffer"),
+               ("schedule", f"{plan['schedule']['method']} (proven optimal: "
+                            f"{plan['schedule']['optimal']})"),
+               ("TFLite order, dual buffer: liveness peak", f"{stored_peak:,} B"),
+               ("liveness peak", f"{plan['liveness_peak_bytes']:,} B"),
+               ("lower bound (all orders)", f"{plan['schedule']['lower_bound_bytes']:,} B"),
+               ("arena", f"{plan['arena_bytes']:,} B ({plan['planner']}, "
+                         f"{plan['plan_status']})"),
+               ("kernel scratch", f"{plan['scratch_bytes']:,} B"),
+               ("in-place saving", f"{plan['inplace_saved_bytes']:,} B")]
+    fit = plan.get("fit")
+    if fit:
+        summary.append(("SRAM total", f"{fit['total_bytes']:,} B of {fit['sram_bytes']:,} B: "
+                                      f"{'fits' if fit['fits'] else 'does not fit'}"))
+    return write_report(out / REPORT_DIR, graph,
+                        {"TFLite order, dual buffer": (graph.op_names, False),
+                         "tvm-serenity": (plan["order"], rip)},
+                        plan["offsets"], plan["arena_bytes"], plan["planner"], summary,
+                        budget_bytes=budget)
