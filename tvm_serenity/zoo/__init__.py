@@ -10,6 +10,7 @@ prints the interchange JSON; ``--list`` lists the names.
 * NASNet-A normal and reduction cells at NASNet-A Mobile shapes (:mod:`.nasnet`);
 * RandWire WS(32, 4, 0.75) stages at CIFAR-10 / CIFAR-100 sizes for three seeds, and
   three-stage RandWire CIFAR networks (:mod:`.randwire`);
+* VGG-16 and MobileNet v1 at 224x224, the RiP paper's plain networks (:mod:`.classic`);
 * MobileNetV2 / ProxylessNAS / MCUNet networks from the shared configs (:mod:`.mcunet`), listed
   only when the shared models folder is present.
 """
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..graph import Graph, GraphError
-from . import darts, mcunet, nasnet, randwire
+from . import classic, darts, mcunet, nasnet, randwire
 
 __all__ = ["Entry", "names", "build", "kind", "describe", "entries"]
 
@@ -69,6 +70,10 @@ def _static_entries() -> list[Entry]:
                          f"{RANDWIRE_SEEDS}), C={channels}",
                          lambda n=name, c=channels, k=classes:
                          randwire.randwire_cifar_network(n, c, k, RANDWIRE_SEEDS)))
+    out += [Entry("vgg16", "network", "VGG-16, 224x224 (keras.applications shapes)",
+                  classic.vgg16_graph),
+            Entry("mobilenet_v1", "network", "MobileNet v1 1.0, 224x224",
+                  classic.mobilenet_v1_graph)]
     return out
 
 
