@@ -51,6 +51,7 @@ def test_round_trip_keeps_everything():
     (with_nodes(node("x"), node("y", ["x"]), outputs=["z"]), r"output 'z' is not a node"),
     (with_nodes(node("x"), node("y", ["x"]), outputs=[]), r"'outputs' is empty"),
     (with_nodes(), r"has no nodes"),
+    (with_nodes(node("x"), outputs=["x"]), r"has no operators \(only inputs\)"),
     (with_nodes(node("x"), {"name": "y", "op": "conv2d", "inputs": ["x"]}),
      r"node 'y': field 'bytes' is missing"),
     (with_nodes(node("x"), node("y", ["x"], inplace="sideways")),

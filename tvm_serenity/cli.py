@@ -57,6 +57,7 @@ def _add_schedule(sub) -> None:
 
 
 def _cmd_schedule(args) -> int:
+    from .alloc import DEFAULT_TIME_LIMIT as DEFAULT_PLAN_TIME_LIMIT
     from .alloc import plan_arena
     from .schedule import METHODS, schedule
     graph = Graph.load(args.graph)
@@ -81,7 +82,7 @@ def _cmd_schedule(args) -> int:
                         seed=args.seed) for m in methods]
     best = min(results, key=lambda r: r.peak_bytes)
     plan = plan_arena(graph, best.order, args.planner, args.alignment, args.inplace,
-                      time_limit)
+                      DEFAULT_PLAN_TIME_LIMIT if time_limit is None else time_limit)
     arena = {"arena_bytes": plan.arena_bytes, "planner": plan.planner,
              "arena_status": plan.status, "arena_gap": round(plan.gap, 6),
              "arena_seconds": round(plan.seconds, 6), "offsets": plan.offsets,

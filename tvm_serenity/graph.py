@@ -131,6 +131,8 @@ class Graph:
                     if ws < need:
                         raise GraphError(f"{where}: inplace workspace_bytes {ws} is smaller "
                                          f"than max(input, output) = {need}")
+        if all(node.is_input for node in self.nodes.values()):
+            raise GraphError(f"graph '{self.name}': has no operators (only inputs)")
         if not self.outputs:
             raise GraphError(f"graph '{self.name}': 'outputs' is empty")
         for out in self.outputs:

@@ -10,8 +10,8 @@ liveness with :func:`tvm_serenity.memory.liveness` (the one memory model), runs 
 * ``optimal``: CP-SAT, warm-started from the best of greedy and bestfit, proven gap on timeout.
 
 Every planner places in-place pairs by the in-place rule where it can (:mod:`.plan` explains the
-rule, alignment and physical right shifts). A planner is ``f(graph, liveness, alignment,
-**options) -> ArenaPlan``.
+rule, alignment and physical right shifts). A planner is ``f(graph, liveness, alignment) ->
+ArenaPlan`` (the optimal one also takes ``time_limit``).
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from ..graph import Graph
 from ..memory import liveness as _liveness
 from .heuristics import plan_bestfit, plan_greedy, plan_linear
 from .optimal import DEFAULT_TIME_LIMIT, plan_optimal
-from .plan import ArenaPlan, Move, PlanError, lower_bound_bytes
+from .plan import ArenaPlan, Move, PlanError, arena_lower_bound
 from .verify import verify_plan
 
 __all__ = ["ArenaPlan", "Move", "PlanError", "PLANNERS", "plan_arena", "verify_plan",
-           "lower_bound_bytes", "plan_linear", "plan_greedy", "plan_bestfit", "plan_optimal",
+           "arena_lower_bound", "plan_linear", "plan_greedy", "plan_bestfit", "plan_optimal",
            "DEFAULT_TIME_LIMIT"]
 
 PLANNERS = {"linear": plan_linear, "greedy": plan_greedy, "bestfit": plan_bestfit,
@@ -46,6 +46,8 @@ def plan_arena(graph: Graph, order, planner: str = "optimal", alignment: int = 1
                         f"(choose from {', '.join(PLANNERS)})")
     if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
         raise PlanError(f"alignment must be a positive integer, got {alignment!r}")
+    if not graph.op_names:
+        raise PlanError(f"graph '{graph.name}' has no operators: there is no order to plan")
     live = _liveness(graph, order, inplace)
     options = {"time_limit": time_limit} if planner == "optimal" else {}
     plan = PLANNERS[planner](graph, live, alignment, **options)

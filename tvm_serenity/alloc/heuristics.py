@@ -11,7 +11,10 @@ descending and stably: the largest first, **equal sizes in reverse add order**. 
 goes at offset 0; each next one walks the already placed buffers in offset order, skipping those
 whose lifetime ``[first_used, last_used]`` (inclusive) does not intersect its own, and takes
 the **first** gap between the running end of the previous intersecting buffers and the next
-one's offset that is large enough, else the end of the last one (first fit).
+one's offset that is large enough, else the end of the last one (first fit). With the
+flatbuffer order, no PAD folding, TFLM's 16-byte alignment and no in-place steps it reproduces
+the head arena TFLite Micro's interpreter plans for the shared MCU and Keras models byte for byte
+(``tests/test_alloc.py``).
 
 ``bestfit`` (TFLite's ``ArenaPlanner`` + ``SimpleMemoryArena``, ``arena_planner.cc`` /
 ``simple_memory_arena.cc``): ``CreateTensorAllocationVector`` orders the tensors: first those
@@ -28,16 +31,17 @@ Lifetimes are the memory model's (``memory.liveness``): graph inputs die at thei
 where TFLite itself keeps them alive for the whole run.
 
 In-place extension (only when the liveness declares in-place steps; with ``inplace=False``
-liveness the planners above are exactly the peers'). When a tensor is placed and its in-place
-partner (the other tensor of an in-place step) is already placed, three candidates are tried:
-
-1. *in place*: the spot the in-place rule dictates relative to the partner (output at the input's
-   offset minus ``gap``, or input at the output's offset plus ``gap``) if it is non-negative and
-   free of everything but the partner: taken whenever possible;
-2. *right shift*: the output at the input's offset ``p`` and the input memmoved to ``p + gap``
-   before the step (:class:`~tvm_serenity.alloc.plan.Move`), if both are free (the moved copy
-   at that step only): taken when its region ends lower than the planner's own choice would;
-3. otherwise the planner's own (first-fit / best-fit) placement, input and output disjoint.
+liveness the planners above are exactly the peers'). When a tensor is placed and an in-place
+partner (the other tensor of one of its in-place steps) is already placed, the candidate spots
+are the ones the in-place rule dictates relative to a partner (output at the input's offset
+minus ``gap``, input at the output's offset plus ``gap``) and the right-shift spots (output and
+input at the same offset ``p``, the input memmoved to ``p + gap`` before the step:
+:class:`~tvm_serenity.alloc.plan.Move`). A spot may serve both of a tensor's in-place steps. It
+is usable when it is non-negative and free of everything but the partners it serves (and, for
+a shift, the moved copy is free at that step). Usable spots without shifts are preferred, then
+those serving more in-place steps, then the lowest top; a spot with shifts is taken only when
+its top is below the planner's own choice; otherwise the planner's own (first-fit / best-fit)
+placement, input and output disjoint.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ from .plan import ArenaPlan, Move, make_plan, padded, sharings
 __all__ = ["plan_linear", "plan_greedy", "plan_bestfit"]
 
 
-def plan_linear(graph: Graph, liveness: Liveness, alignment: int = 1, **_) -> ArenaPlan:
+def plan_linear(graph: Graph, liveness: Liveness, alignment: int = 1) -> ArenaPlan:
     t0 = time.perf_counter()
     offsets, top = {}, 0
     for name, lt in liveness.lifetimes.items():
@@ -63,7 +67,7 @@ def plan_linear(graph: Graph, liveness: Liveness, alignment: int = 1, **_) -> Ar
     return make_plan("linear", liveness, alignment, offsets, (), (), time.perf_counter() - t0)
 
 
-def plan_greedy(graph: Graph, liveness: Liveness, alignment: int = 1, **_) -> ArenaPlan:
+def plan_greedy(graph: Graph, liveness: Liveness, alignment: int = 1) -> ArenaPlan:
     t0 = time.perf_counter()
     layout = _Layout(liveness, alignment)
     index = {n: i for i, n in enumerate(liveness.lifetimes)}
@@ -74,7 +78,7 @@ def plan_greedy(graph: Graph, liveness: Liveness, alignment: int = 1, **_) -> Ar
     return layout.plan("greedy", time.perf_counter() - t0)
 
 
-def plan_bestfit(graph: Graph, liveness: Liveness, alignment: int = 1, **_) -> ArenaPlan:
+def plan_bestfit(graph: Graph, liveness: Liveness, alignment: int = 1) -> ArenaPlan:
     t0 = time.perf_counter()
     layout = _Layout(liveness, alignment)
     lts = liveness.lifetimes
@@ -162,32 +166,51 @@ class _Layout:
         return True
 
     def place(self, name: str, fit: Callable[[str], int]) -> None:
+        """Place ``name`` in place / right-shifted against its placed partners if possible,
+        else where ``fit`` (the peer's rule) puts it."""
         own = fit(name)
-        for s in self.partners.get(name, ()):
-            is_output = name == s.pair.output
-            partner = s.pair.input if is_output else s.pair.output
-            if partner not in self.placed:
+        lt, size = self.lts[name], self.pad[name]
+        ready = [s for s in self.partners.get(name, ())
+                 if (s.pair.input if name == s.pair.output else s.pair.output) in self.placed]
+        spots = [self.offsets[s.pair.input] - s.gap if name == s.pair.output
+                 else self.offsets[s.pair.output] + s.gap for s in ready]
+        spots += [self.offsets[s.pair.input if name == s.pair.output else s.pair.output]
+                  for s in ready if s.gap > 0]
+        best = None                       # (shifts, -steps served, top, offset, uses)
+        for spot in dict.fromkeys(spots):
+            if spot < 0:
                 continue
-            lt, k = self.lts[name], s.pair.step
-            base = self.offsets[partner]
-            spot = base - s.gap if is_output else base + s.gap
-            if spot >= 0 and self.is_free(spot, self.pad[name], lt.start, lt.end, {partner}):
-                self.shared.append(s.pair)
-                self._add(name, spot)
-                return
-            # right shift: input kept at p, output at p, input's copy at p + gap at step k
-            p = base
-            if (s.gap > 0 and p + s.region < own + self.pad[name]
-                    and self.is_free(p, self.pad[name], lt.start, lt.end, {partner})
-                    and self.is_free(p + s.gap, s.input_bytes, k, k,
-                                     {s.pair.input, s.pair.output})):
-                self.shared.append(s.pair)
-                self.moves.append(Move(k, s.pair.input, s.pair.output, p, p + s.gap))
-                self._add(name, p)
-                self._insert(_Entry(p + s.gap, s.input_bytes, self.lts[s.pair.input].bytes,
-                                    k, k, s.pair.input))
-                return
-        self._add(name, own)
+            uses = []                                 # (sharing, shifted) the spot satisfies
+            for s in ready:
+                u_at = spot if name == s.pair.input else self.offsets[s.pair.input]
+                v_at = spot if name == s.pair.output else self.offsets[s.pair.output]
+                if u_at == v_at + s.gap:
+                    uses.append((s, False))
+                elif s.gap > 0 and u_at == v_at:
+                    uses.append((s, True))
+            partners = {s.pair.input if name == s.pair.output else s.pair.output
+                        for s, _ in uses}
+            shifts = [s for s, shifted in uses if shifted]
+            if not self.is_free(spot, size, lt.start, lt.end, partners) or not all(
+                    self.is_free(spot + s.gap, s.input_bytes, s.pair.step, s.pair.step,
+                                 {s.pair.input, s.pair.output}) for s in shifts):
+                continue
+            top = max([spot + size] + [spot + s.region for s in shifts])
+            if shifts and top >= own + size:
+                continue                              # a memmove that saves nothing
+            if best is None or (len(shifts), -len(uses), top) < best[:3]:
+                best = (len(shifts), -len(uses), top, spot, uses)
+        if best is None:
+            self._add(name, own)
+            return
+        *_, spot, uses = best
+        self._add(name, spot)
+        for s, shifted in uses:
+            self.shared.append(s.pair)
+            if shifted:
+                k, u = s.pair.step, s.pair.input
+                self.moves.append(Move(k, u, s.pair.output, spot, spot + s.gap))
+                self._insert(_Entry(spot + s.gap, s.input_bytes, self.lts[u].bytes, k, k, u))
 
     def _add(self, name: str, offset: int) -> None:
         lt = self.lts[name]

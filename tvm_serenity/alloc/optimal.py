@@ -1,13 +1,14 @@
 """Optimal arena offsets for one order: CP-SAT, warm-started, with in-place placements decided
 jointly, and a proven gap when it stops early.
 
-Model (OR-Tools CP-SAT). One integer offset ``x_t`` per tensor with bytes (zero-byte tensors sit
-at 0 and occupy nothing), the arena ``A`` to minimise, ``x_t + padded(t) <= A``. Time is the
-order's steps; a tensor occupies ``[x_t, x_t + padded(t))`` over its lifetime. Two tensors need
-disjoint addresses only if their lifetimes overlap, and the overlap relation of intervals is an
-interval graph whose maximal cliques are the live sets of single steps: one ``NoOverlap`` per
-step whose live set is not contained in a neighbouring step's covers exactly the overlapping
-pairs, with CP-SAT's energetic propagation over each step.
+Model (OR-Tools CP-SAT), in units of the alignment (every padded size, gap and region is a
+multiple of it). One integer offset ``x_t`` per tensor with bytes (zero-byte tensors sit at 0
+and occupy nothing), the arena ``A``, ``x_t + size_t <= A``. Time is the order's steps; a
+tensor occupies ``[x_t, x_t + size_t)`` over its lifetime. Two tensors need disjoint addresses
+only if their lifetimes overlap; the overlap relation of intervals is an interval graph whose
+maximal cliques are live sets of single steps, so one ``NoOverlap`` per step whose live set is
+not contained in another step's covers exactly the overlapping pairs, with CP-SAT's energetic
+propagation over each step.
 
 In-place step ``(k, u, v)`` with ``gap`` and ``region`` (:mod:`tvm_serenity.alloc.plan`): ``u``'s
 interval covers its lifetime up to step ``k - 1`` only, and at step ``k`` one of three layouts:
@@ -16,19 +17,26 @@ interval covers its lifetime up to step ``k - 1`` only, and at step ``k`` one of
   region)``;
 * right shift (literal ``mv``, only if ``gap > 0``): ``x_v = x_u``, ``u`` memmoved to ``x_u +
   gap`` before the step; at step ``k`` the pair again fills ``[x_v, x_v + region)``;
-* disjoint (neither): ``u`` keeps ``[x_u, x_u + padded(u))`` at step ``k`` and ``v`` avoids it.
+* disjoint (neither): ``u`` keeps ``[x_u, x_u + size_u)`` at step ``k`` and ``v`` avoids it.
 
 At step ``k`` the clique holds ``v``'s interval, an optional interval for ``u`` (present when
-disjoint) and an optional interval ``[x_v + padded(v), x_v + region)`` (present when shared).
+disjoint) and an optional interval ``[x_v + size_v, x_v + region)`` (present when shared).
 
-Search. The best heuristic plan (greedy, bestfit) is both the upper bound (``A <= its arena``)
-and the solution hint; the lower bound is :func:`~tvm_serenity.alloc.plan.lower_bound_bytes`.
-If the heuristic already meets the lower bound it is optimal and the solver is not called for
-the arena. The result is never worse than the heuristic; when the time limit stops the solver,
-``gap`` is the proven gap to the best of the solver's bound and the lower bound. Optimality is
-over the plans described here (in-place steps laid out in place, right-shifted or disjoint).
-A second phase (only when the plan has right shifts, within the same time limit) keeps the
-arena and minimises the number of shifts, since each one is a memmove at run time.
+Search. The lower bound is :func:`~tvm_serenity.alloc.plan.arena_lower_bound` (the liveness
+peak for alignment 1); the best heuristic plan (greedy, bestfit) is the upper bound and the
+solution hint. Phases, all within ``time_limit``:
+
+1. if the heuristic meets the lower bound without right shifts, it is optimal: no solver;
+2. *at the bound*: ``A`` fixed to the lower bound, minimising the number of right shifts (each
+   is a memmove at run time). Finding such a plan is usually much easier than improving the
+   heuristic from above; if the heuristic is above the bound this phase gets half the time, and
+   proving it infeasible raises the lower bound by one unit;
+3. *above the bound* (if 2 found nothing): minimise ``A`` between the bound and the heuristic,
+   then the number of right shifts, hinted with the heuristic.
+
+The result is never worse than the heuristic; when the time limit stops the search, ``gap`` is
+the proven gap to the best lower bound known. Optimality is over the plans described here
+(in-place steps laid out in place, right-shifted or disjoint).
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ from ortools.sat.python import cp_model
 from ..graph import Graph
 from ..memory import Liveness
 from .heuristics import plan_bestfit, plan_greedy
-from .plan import ArenaPlan, Move, PlanError, lower_bound_bytes, make_plan, padded, sharings
+from .plan import ArenaPlan, Move, PlanError, arena_lower_bound, make_plan, padded, sharings
 
 __all__ = ["plan_optimal", "DEFAULT_TIME_LIMIT"]
 
@@ -54,44 +62,87 @@ def plan_optimal(graph: Graph, liveness: Liveness, alignment: int = 1, *,
                  seed: int = 0) -> ArenaPlan:
     """Minimise the arena, then (same arena) the number of right shifts."""
     t0 = time.perf_counter()
-    candidates = [plan_greedy(graph, liveness, alignment), plan_bestfit(graph, liveness, alignment)]
-    best = min(candidates, key=lambda p: (p.arena_bytes, p.num_moves))
-    lower = lower_bound_bytes(liveness, alignment)
-    details = {"warm_start": best.planner, "warm_start_bytes": best.arena_bytes}
+    best = min((plan_greedy(graph, liveness, alignment),
+                plan_bestfit(graph, liveness, alignment)),
+               key=lambda p: (p.arena_bytes, p.num_moves))
+    search = _Search(graph, liveness, alignment, time_limit, workers, seed)
+    search.details.update(warm_start=best.planner, warm_start_bytes=best.arena_bytes)
+    lower = arena_lower_bound(liveness, alignment)
     layout = (best.offsets, best.inplace, best.moves, best.arena_bytes)
-    status, bound = "bound", lower
+    status = "bound"
     if best.arena_bytes > lower or best.moves:
-        model, x, arena, shared = _build_model(liveness, alignment, best.arena_bytes, lower)
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = workers or max(8, os.cpu_count() or 1)
-        solver.parameters.random_seed = seed
-        deadline = None if time_limit is None else time.perf_counter() + float(time_limit)
-        details.update(solver="cp-sat", solver_seconds=0.0)
-        if best.arena_bytes > lower:
-            model.minimize(arena)
-            code = _solve(graph, solver, model, x, arena, shared, layout, alignment, deadline,
-                          details)
-            bound = max(lower, math.ceil(solver.best_objective_bound - 1e-6) * alignment)
+        at_bound = layout if best.arena_bytes == lower else None
+        share = None if time_limit is None or at_bound else 0.5
+        code, found = search.run(lower, lower, at_bound, share, minimize_arena=False)
+        if found:
+            layout = found
+        elif best.arena_bytes > lower:
+            if code == cp_model.INFEASIBLE:
+                lower += alignment
+            code, found = search.run(lower, best.arena_bytes, layout, None,
+                                     minimize_arena=True)
+            lower = max(lower, search.bound)
             status = "optimal" if code == cp_model.OPTIMAL else "time_limit"
-            if code != cp_model.UNKNOWN and solver.value(arena) * alignment < best.arena_bytes:
-                layout = _extract(solver, x, arena, alignment, liveness, shared)
-        if layout[2] and (deadline is None or time.perf_counter() < deadline):
-            model.add(arena == layout[3] // alignment)
-            model.minimize(sum(mv for _, _, mv in shared if mv is not None))
-            code = _solve(graph, solver, model, x, arena, shared, layout, alignment, deadline,
-                          details)
-            if code != cp_model.UNKNOWN and solver.objective_value < len(layout[2]):
-                layout = _extract(solver, x, arena, alignment, liveness, shared)
+            layout = found or layout
     offsets, inplace, moves, _ = layout
     return make_plan("optimal", liveness, alignment, offsets, inplace, moves,
-                     time.perf_counter() - t0, status, bound, **details)
+                     time.perf_counter() - t0, status, lower, **search.details)
 
 
-def _solve(graph, solver, model, x, arena, shared, layout, alignment, deadline,
-           details) -> int:
-    """Solve ``model`` hinted with ``layout`` (offsets, in-place steps, moves, arena)."""
+class _Search:
+    """CP-SAT runs over one liveness, sharing a deadline."""
+
+    def __init__(self, graph, liveness, alignment, time_limit, workers, seed):
+        self.graph, self.liveness, self.alignment = graph, liveness, alignment
+        self.deadline = None if time_limit is None else time.perf_counter() + float(time_limit)
+        self.time_limit = time_limit
+        self.workers = workers or max(8, os.cpu_count() or 1)
+        self.seed = seed
+        self.bound = 0
+        self.details: dict = {}
+
+    def run(self, lower: int, upper: int, hint, share, minimize_arena: bool):
+        """Solve with ``lower <= A <= upper`` (bytes), minimising ``A`` then the number of
+        right shifts (lexicographically: ``A * (M + 1) + shifts`` with ``M`` possible shifts), or
+        only the shifts; ``share`` of the time limit (None: all that is left). Returns the
+        status and the improving layout found (offsets, in-place steps, moves, arena) or
+        None; a minimising run leaves its proven lower bound on ``A`` in ``self.bound``."""
+        a = self.alignment
+        model, x, arena, shared = _build_model(self.liveness, a, lower, upper)
+        moves = [mv for _, _, mv in shared if mv is not None]
+        weight = len(moves) + 1
+        if minimize_arena:
+            model.minimize(weight * arena + sum(moves))
+        elif moves:
+            model.minimize(sum(moves))
+        if hint is not None:
+            _add_hint(model, x, arena, shared, hint, a)
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = self.workers
+        solver.parameters.random_seed = self.seed
+        if self.deadline is not None:
+            left = max(0.0, self.deadline - time.perf_counter())
+            solver.parameters.max_time_in_seconds = left if share is None else min(
+                left, share * self.time_limit)
+        code = solver.solve(model)
+        seconds = self.details.get("solver_seconds", 0.0) + solver.wall_time
+        self.details.update(solver="cp-sat", solver_status=solver.status_name(code),
+                            solver_seconds=round(seconds, 6))
+        if code == cp_model.MODEL_INVALID:
+            raise PlanError(f"graph '{self.graph.name}': CP-SAT rejects the arena model "
+                            f"(a bug in tvm_serenity.alloc.optimal)")
+        if minimize_arena:
+            objective_bound = math.ceil(solver.best_objective_bound - 1e-6)
+            self.bound = -(-(objective_bound - len(moves)) // weight) * a
+        if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return code, None
+        found = _extract(solver, x, arena, a, self.liveness, shared)
+        better = hint is None or (found[3], len(found[2])) < (hint[3], len(hint[2]))
+        return code, (found if better else None)
+
+
+def _add_hint(model, x, arena, shared, layout, alignment) -> None:
     offsets, inplace, moves, arena_bytes = layout
-    model.clear_hints()
     for n, var in x.items():
         model.add_hint(var, offsets[n] // alignment)
     model.add_hint(arena, arena_bytes // alignment)
@@ -100,16 +151,6 @@ def _solve(graph, solver, model, x, arena, shared, layout, alignment, deadline,
         model.add_hint(ip, s.pair in inplace and s.pair.step not in moved)
         if mv is not None:
             model.add_hint(mv, s.pair.step in moved)
-    if deadline is not None:
-        solver.parameters.max_time_in_seconds = max(0.0, deadline - time.perf_counter())
-    code = solver.solve(model)
-    details["solver_status"] = solver.status_name(code)
-    details["solver_seconds"] = round(details["solver_seconds"] + solver.wall_time, 6)
-    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
-        raise PlanError(f"graph '{graph.name}': CP-SAT reports the arena model "
-                        f"{solver.status_name(code)} although the hinted plan satisfies it "
-                        f"(a bug in tvm_serenity.alloc.optimal)")
-    return code
 
 
 def _extract(solver, x, arena, alignment, liveness: Liveness, shared):
@@ -126,9 +167,9 @@ def _extract(solver, x, arena, alignment, liveness: Liveness, shared):
     return offsets, inplace, moves, solver.value(arena) * alignment
 
 
-def _build_model(liveness: Liveness, alignment: int, upper: int, lower: int):
-    """The CP-SAT model in units of ``alignment`` (every padded size, gap, region and bound is
-    a multiple of it): ``x[t]``, ``arena`` and the returned values are in units."""
+def _build_model(liveness: Liveness, alignment: int, lower: int, upper: int):
+    """The CP-SAT model with ``lower <= A <= upper`` (bytes; multiples of ``alignment``);
+    ``x[t]`` and ``A`` are in units of ``alignment``."""
     model = cp_model.CpModel()
     lts = liveness.lifetimes
     unit = {n: padded(lt.bytes, alignment) // alignment for n, lt in lts.items()}

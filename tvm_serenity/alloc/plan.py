@@ -15,7 +15,7 @@ the output sits at ``o`` and the input right-aligned in the workspace ``[o, o + 
 ``o + S - bytes(u)`` (docs/rip.md). With ``a > 1`` the input sits at ``o + gap`` with
 ``gap = ceil((S - bytes(u)) / a) * a``: the smallest aligned distance that is at least the
 distance RiP needs (a larger distance only leaves the output more room). The memory model only
-declares pairs with ``S < bytes(u) + bytes(v)``, so ``gap < padded(v)``: the output and the
+declares pairs with ``S < bytes(u) + bytes(v)``, so ``gap <= padded(v)``: the output and the
 input touch or overlap, and at step ``k`` the pair occupies exactly the contiguous region
 ``[o, o + region)``, ``region = max(gap + padded(u), padded(v))``.
 
@@ -40,7 +40,7 @@ from ..errors import SerenityError
 from ..memory import InPlaceStep, Liveness
 
 __all__ = ["PlanError", "Move", "ArenaPlan", "Sharing", "padded", "sharings",
-           "lower_bound_bytes"]
+           "arena_lower_bound"]
 
 
 class PlanError(SerenityError, ValueError):
@@ -75,7 +75,7 @@ def sharings(liveness: Liveness, alignment: int) -> list[Sharing]:
     return out
 
 
-def lower_bound_bytes(liveness: Liveness, alignment: int = 1) -> int:
+def arena_lower_bound(liveness: Liveness, alignment: int = 1) -> int:
     """No plan of this order can use a smaller arena: the max over steps of the padded bytes
     live at that step, an in-place pair counted as its region. With ``alignment == 1`` this is
     the liveness peak of the memory model."""
@@ -117,11 +117,11 @@ class ArenaPlan:
 
     ``inplace`` lists the in-place steps laid out by the in-place rule (moved ones included);
     every other in-place step of the liveness is planned with input and output disjoint.
-    ``lower_bound_bytes`` (:func:`lower_bound_bytes`) is what ``gap`` is measured against;
-    ``liveness_peak_bytes`` is the memory model's peak for the same order. ``status`` is
-    ``"heuristic"`` (no claim), ``"bound"`` (the arena meets the lower bound: optimal without a
-    solver), ``"optimal"`` (proven by the solver) or ``"time_limit"`` (the solver stopped
-    early; ``gap`` is then its proven gap).
+    ``lower_bound_bytes`` (:func:`arena_lower_bound`, or the solver's better bound) is what
+    ``gap`` is measured against; ``liveness_peak_bytes`` is the memory model's peak for the
+    same order. ``status`` is ``"heuristic"`` (no claim), ``"bound"`` (the arena meets the lower
+    bound: optimal whatever the planner), ``"optimal"`` (proven by the solver) or
+    ``"time_limit"`` (the solver stopped early; ``gap`` is then its proven gap).
     """
 
     planner: str
@@ -163,7 +163,7 @@ def make_plan(planner: str, liveness: Liveness, alignment: int, offsets: dict[st
     ends = [offsets[n] + padded(lt.bytes, alignment) for n, lt in liveness.lifetimes.items()]
     ends += [m.dst + padded(liveness.lifetimes[m.tensor].bytes, alignment) for m in moves]
     arena = max(ends, default=0)
-    bound = max(lower_bound_bytes(liveness, alignment), solver_bound)
+    bound = max(arena_lower_bound(liveness, alignment), solver_bound)
     if arena <= bound and status in ("heuristic", "time_limit"):
         status = "bound"
     optimal = status in ("bound", "optimal")

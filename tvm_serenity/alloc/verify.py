@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ..graph import Graph
 from ..memory import Liveness
-from .plan import ArenaPlan, PlanError, padded, sharings
+from .plan import ArenaPlan, PlanError, sharings
 
 __all__ = ["verify_plan"]
 
