@@ -479,7 +479,5 @@ def test_plan_arena_errors():
         plan_arena(g, ["a"], "greedy", alignment=0)
     with pytest.raises(GraphError, match="'zz' is not in graph"):
         plan_arena(g, ["zz"], "greedy")
-    with pytest.raises(PlanError, match="has no operators"):
-        plan_arena(Graph([Node("x", "input", (), 4)], ["x"]), [], "greedy")
     plan = plan_arena(g, ["a"], "optimal", alignment=64)
     assert plan.to_json()["arena_bytes"] == 128 and plan.to_json()["planner"] == "optimal"

@@ -46,8 +46,6 @@ def plan_arena(graph: Graph, order, planner: str = "optimal", alignment: int = 1
                         f"(choose from {', '.join(PLANNERS)})")
     if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
         raise PlanError(f"alignment must be a positive integer, got {alignment!r}")
-    if not graph.op_names:
-        raise PlanError(f"graph '{graph.name}' has no operators: there is no order to plan")
     live = _liveness(graph, order, inplace)
     options = {"time_limit": time_limit} if planner == "optimal" else {}
     plan = PLANNERS[planner](graph, live, alignment, **options)
