@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 
+from toolchain import needs_cc, needs_rp2040js
 from tvm_serenity.cli import main
 from tvm_serenity.demo import demo_model_bytes, format_demo, run_demo
 from tvm_serenity.frontend.builder import ModelBuilder
@@ -24,6 +25,7 @@ def compiled_host(tmp_path_factory):
     return out / "build"
 
 
+@needs_cc
 def test_compile_writes_plan_graph_and_report(compiled_host):
     plan = json.loads((compiled_host / "plan.json").read_text())
     graph = Graph.load(compiled_host / "graph.json")
@@ -39,6 +41,7 @@ def test_compile_writes_plan_graph_and_report(compiled_host):
     assert html.count("data:image/png;base64,") == 3 and f"{plan['arena_bytes']:,} B" in html
 
 
+@needs_cc
 def test_report_plots_the_plan(compiled_host):
     from tvm_serenity.report import write_compiled_report
     report = write_compiled_report(compiled_host)
@@ -52,6 +55,7 @@ def test_report_plots_the_plan(compiled_host):
     assert top == plan["arena_bytes"]
 
 
+@needs_cc
 def test_run_on_host_is_bit_exact(compiled_host, capsys):
     assert main(["run", str(compiled_host), "--host", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
@@ -119,12 +123,7 @@ def test_demo_model_is_deterministic_and_baseline_does_not_fit(tmp_path):
 
 
 @pytest.mark.slow
+@needs_rp2040js
 def test_demo_runs_on_rp2040js(tmp_path):
-    from tvm_serenity.errors import SerenityError
-    from tvm_serenity.micro.runners import find_rp2040js
-    try:
-        find_rp2040js()
-    except SerenityError as e:
-        pytest.skip(str(e))
     rows = run_demo(tmp_path, emulate=True, time_limit=20)
     assert rows[-1].output_ok is True and rows[-1].cycles > 0

@@ -15,33 +15,13 @@ from tvm_serenity.micro import project as micro_project
 from tvm_serenity.micro.boards import UF2_FAMILY_RP2040, UF2_FAMILY_RP2350_ARM_S
 from tvm_serenity.micro.elf import Segment, read_elf
 from tvm_serenity.micro.project import read_model_sizes
-from tvm_serenity.micro.runners import find_rp2040js, fnv1a32, parse_report
+from tvm_serenity.micro.runners import fnv1a32, parse_report
+from toolchain import needs_arm, needs_cc, needs_qemu, needs_rp2040js
 from tvm_serenity.micro.uf2 import (BLOCK_SIZE, FLAG_FAMILY_ID_PRESENT, MAGIC_END,
                                     MAGIC_START0, MAGIC_START1, PAYLOAD_SIZE)
 
 FIXTURE = Path(__file__).parent / "micro_fixture"
 FIRMWARE = Path(micro_project.__file__).with_name("firmware")
-
-
-def _rp2040js_missing() -> str | None:
-    if shutil.which("node") is None:
-        return "node not installed"
-    try:
-        find_rp2040js()
-    except SerenityError as e:
-        return str(e)
-    return None
-
-
-needs_arm = pytest.mark.skipif(
-    shutil.which("arm-none-eabi-gcc") is None,
-    reason="arm-none-eabi-gcc not installed (apt-get install gcc-arm-none-eabi "
-           "libnewlib-arm-none-eabi)")
-needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no native C compiler (cc)")
-needs_qemu = pytest.mark.skipif(shutil.which("qemu-system-arm") is None,
-                                reason="qemu-system-arm not installed")
-needs_rp2040js = pytest.mark.skipif(_rp2040js_missing() is not None,
-                                    reason=f"rp2040js unavailable: {_rp2040js_missing()}")
 
 
 def _write_model(directory: Path, arena: str, body: str, n_in: int = 16,

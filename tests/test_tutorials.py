@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from toolchain import rp2040js_missing
+
 TUTORIALS = sorted((Path(__file__).resolve().parent.parent / "tutorials").glob("*.py"))
 
 
@@ -16,12 +18,8 @@ def test_tutorial_runs(script, tmp_path):
     if script.stem.startswith("01"):
         args.append(str(tmp_path / "out"))
     if script.stem.startswith("03"):
-        from tvm_serenity.errors import SerenityError
-        from tvm_serenity.micro.runners import find_rp2040js
-        try:
-            find_rp2040js()
-        except SerenityError as e:
-            pytest.skip(str(e))
+        if rp2040js_missing():
+            pytest.skip(rp2040js_missing())
         args += [str(tmp_path / "demo.tflite"), str(tmp_path / "out")]
         from tvm_serenity.demo import demo_model_bytes
         (tmp_path / "demo.tflite").write_bytes(demo_model_bytes())

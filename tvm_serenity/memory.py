@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from .graph import Graph, GraphError
 
 __all__ = ["MemoryModel", "Step", "Simulation", "Lifetime", "InPlaceStep", "Liveness",
-           "simulate", "validate_order", "liveness", "lower_bound_bytes", "node_bounds"]
+           "simulate", "validate_order", "liveness", "lower_bound_bytes", "node_bounds",
+           "ancestors_descendants", "bits"]
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ class MemoryModel:
                 freed |= 1 << p
         if done == self.input_mask:
             dangling = self.input_mask & ~self.output_mask
-            for p in _bits(dangling):
+            for p in bits(dangling):
                 if not self.consumer_mask[p]:
                     freed |= 1 << p
         mem_during = live_before + self.size[v]
@@ -113,7 +114,7 @@ class MemoryModel:
                 mem_during = live_before - self.size[u] + ws
         if not self.consumer_mask[v] and not (self.output_mask >> v) & 1:
             freed |= 1 << v
-        live_after = live_before + self.size[v] - sum(self.size[p] for p in _bits(freed))
+        live_after = live_before + self.size[v] - sum(self.size[p] for p in bits(freed))
         return Step(mem_during, live_after, freed, inplace_input)
 
     def is_ready(self, done: int, v: int) -> bool:
@@ -127,10 +128,11 @@ class MemoryModel:
         return sum(1 << self.index[x] for x in names)
 
     def names_of(self, mask: int) -> list[str]:
-        return [self.names[i] for i in _bits(mask)]
+        return [self.names[i] for i in bits(mask)]
 
 
-def _bits(mask: int):
+def bits(mask: int):
+    """The indices of the set bits of ``mask``, lowest first."""
     while mask:
         low = mask & -mask
         yield low.bit_length() - 1
@@ -252,7 +254,7 @@ def liveness(graph: Graph, order, inplace: bool = True) -> Liveness:
         v = model.index[name]
         start[name] = k
         st = model.step(done, live, v)
-        for p in _bits(st.freed):
+        for p in bits(st.freed):
             end[model.names[p]] = k
         if st.inplace_input >= 0:
             pairs.append(InPlaceStep(k, model.names[st.inplace_input], name,
@@ -275,32 +277,24 @@ def node_bounds(graph: Graph, inplace: bool = True) -> dict[str, int]:
     """
     model = MemoryModel(graph, inplace)
     n = model.n
-    topo = _topological_indices(model)
-    anc = [0] * n
-    for v in topo:
-        for p in model.preds[v]:
-            anc[v] |= anc[p] | (1 << p)
-    desc = [0] * n
-    for v in reversed(topo):
-        for p in model.preds[v]:
-            desc[p] |= desc[v] | (1 << v)
+    _, anc, desc = ancestors_descendants(model)
     ops_mask = model.all_mask & ~model.input_mask
     # crossing[v]: tensors that are live while v runs in every order, found per tensor t as
     # the set of nodes v that t must cross (t produced before v, needed after v).
     crossing = [0] * n
     for t in range(n):
         needed_before = 0
-        for c in _bits(model.consumer_mask[t]):
+        for c in bits(model.consumer_mask[t]):
             needed_before |= anc[c]
         produced_before = ops_mask if (model.input_mask >> t) & 1 else desc[t]
         if (model.output_mask >> t) & 1:
             needed_before = ops_mask
-        for v in _bits(produced_before & needed_before & ops_mask):
+        for v in bits(produced_before & needed_before & ops_mask):
             crossing[v] |= 1 << t
     bounds = {}
     for v in model.op_indices:
         must_live = crossing[v] | model.pred_mask[v] | (1 << v)
-        total = sum(model.size[t] for t in _bits(must_live))
+        total = sum(model.size[t] for t in bits(must_live))
         ws = model.inplace_bytes[v]
         if ws >= 0:
             u = model.preds[v][0]
@@ -318,19 +312,28 @@ def lower_bound_bytes(graph: Graph, inplace: bool = True) -> int:
     """
     model = MemoryModel(graph, inplace)
     inputs = model.initial_live_bytes
-    outputs = sum(model.size[i] for i in _bits(model.output_mask))
+    outputs = sum(model.size[i] for i in bits(model.output_mask))
     return max([inputs, outputs, *node_bounds(graph, inplace).values()])
 
 
-def _topological_indices(model: MemoryModel) -> list[int]:
+def ancestors_descendants(model: MemoryModel) -> tuple[list[int], list[int], list[int]]:
+    """(a topological order, ancestor masks, descendant masks) of every node of ``model``."""
     indegree = [len(ps) for ps in model.preds]
     ready = [i for i in range(model.n) if indegree[i] == 0]
-    out = []
+    topo = []
     while ready:
         v = ready.pop()
-        out.append(v)
-        for c in _bits(model.consumer_mask[v]):
+        topo.append(v)
+        for c in bits(model.consumer_mask[v]):
             indegree[c] -= 1
             if indegree[c] == 0:
                 ready.append(c)
-    return out
+    anc = [0] * model.n
+    for v in topo:
+        for p in model.preds[v]:
+            anc[v] |= anc[p] | (1 << p)
+    desc = [0] * model.n
+    for v in reversed(topo):
+        for c in bits(model.consumer_mask[v]):
+            desc[v] |= desc[c] | (1 << c)
+    return topo, anc, desc

@@ -50,35 +50,14 @@ import time
 from dataclasses import dataclass
 
 from ..graph import Graph
-from ..memory import MemoryModel, lower_bound_bytes, node_bounds, simulate
+from ..memory import (MemoryModel, ancestors_descendants, bits, lower_bound_bytes,
+                      node_bounds, simulate)
 from .budget import soft_budgeting, step_timeout_for
-from .dp import EXHAUSTED, SOLVED, SearchSpace, bits, descent, heuristic_orders
+from .dp import EXHAUSTED, SOLVED, SearchSpace, descent, heuristic_orders
 from .result import ScheduleResult, make_result
 
 __all__ = ["cut_nodes", "segments", "SegmentResult", "serenity_method"]
 
-
-def ancestors_descendants(model: MemoryModel) -> tuple[list[int], list[int], list[int]]:
-    """(a topological order, ancestor masks, descendant masks) of every node."""
-    indegree = [len(p) for p in model.preds]
-    ready = [v for v in range(model.n) if indegree[v] == 0]
-    topo = []
-    while ready:
-        v = ready.pop()
-        topo.append(v)
-        for c in bits(model.consumer_mask[v]):
-            indegree[c] -= 1
-            if indegree[c] == 0:
-                ready.append(c)
-    anc = [0] * model.n
-    for v in topo:
-        for p in model.preds[v]:
-            anc[v] |= anc[p] | (1 << p)
-    desc = [0] * model.n
-    for v in reversed(topo):
-        for c in bits(model.consumer_mask[v]):
-            desc[v] |= desc[c] | (1 << c)
-    return topo, anc, desc
 
 
 def cut_nodes(model: MemoryModel, relations=None) -> list[int]:

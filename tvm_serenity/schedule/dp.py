@@ -66,7 +66,7 @@ from dataclasses import dataclass
 from tqdm import tqdm
 
 from ..graph import Graph
-from ..memory import MemoryModel, Step, lower_bound_bytes, node_bounds, simulate
+from ..memory import MemoryModel, Step, bits, lower_bound_bytes, node_bounds, simulate
 from . import baselines
 from .result import ScheduleResult, make_result
 
@@ -79,14 +79,6 @@ EXHAUSTED = "no solution"  # no order has a peak within the threshold
 TIMEOUT = "timeout"        # the deadline hit first
 
 _CLOCK_EVERY = 256         # expansions between deadline checks / progress updates
-
-
-def bits(mask: int):
-    """Indices of the set bits of ``mask``, lowest first."""
-    while mask:
-        low = mask & -mask
-        yield low.bit_length() - 1
-        mask ^= low
 
 
 def show_progress(progress: bool | None) -> bool:
