@@ -4,7 +4,7 @@
 * :class:`FoldPad`: folds explicit int8 PADs into the padding of the convolutions reading them;
 * :class:`MemoryAwareSchedule`: reorders every dataflow block for minimum peak memory;
 * :class:`ArenaPlan`: replaces ``StaticPlanBlockMemory`` with one arena at planned offsets;
-* :func:`serenity_pipeline`: TVM's CPU pipeline with both inserted (and the extension points
+* :func:`serenity_pipeline`: TVM's CPU pipeline with these inserted (and the extension points
   :data:`BEFORE_LEGALIZE` / :data:`AFTER_SCHEDULE`); importing this package registers it, so
   ``tvm.compile(mod, target="llvm", relax_pipeline="serenity")`` works;
 * :mod:`.convert`: Relax binding blocks to the graph IR and back, for every pass.
@@ -24,6 +24,7 @@ from .schedule import BlockSchedule, MemoryAwareSchedule, ScheduleReport, read_r
 register()
 
 __all__ = ["LowerFakeQuant", "FoldPad", "MemoryAwareSchedule", "ScheduleReport", "BlockSchedule",
-           "ArenaPlan", "ArenaReport", "FunctionArena", "static_plan_bytes", "serenity_pipeline", "pipeline_report",
-           "read_report", "BEFORE_LEGALIZE", "AFTER_SCHEDULE", "PIPELINE_NAME", "BlockGraph",
-           "ConversionError", "PassError", "block_graph", "graph_of_bindings", "with_blocks"]
+           "ArenaPlan", "ArenaReport", "FunctionArena", "static_plan_bytes", "serenity_pipeline",
+           "pipeline_report", "read_report", "BEFORE_LEGALIZE", "AFTER_SCHEDULE", "PIPELINE_NAME",
+           "BlockGraph", "ConversionError", "PassError", "block_graph", "graph_of_bindings",
+           "with_blocks"]

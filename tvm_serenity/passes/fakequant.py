@@ -28,20 +28,26 @@ float input of the ``quantize``                        integer kernel (relax_imp
 ``mean(x, axes)``                                      ``mean_int8``
 ``concat((a, b, ...))``                                int8 ``concat``
 ``nn.softmax(x, axis=-1)``                             ``softmax_int8``
+``sigmoid(x)``                                         lookup table (LOGISTIC)
 ``x * clip(x + 3, 0, 6) / 6``                          lookup table (HARD_SWISH)
-``x`` / ``nn.relu(x)``                                 lookup table (QUANTIZE int8 / RELU)
+``nn.relu(x)`` / ``x``                                 lookup table (RELU / QUANTIZE int8)
+a function parameter                                   ``quantize_float`` (QUANTIZE float)
 =====================================================  ===========================================
 
 A ``nn.relu``, ``clip(0, 6)`` or ``clip(-1, 1)`` right before the ``quantize`` narrows the clamp as
-TFLite's fused RELU / RELU6 / RELU_N1_TO_1 does, and so does the int8 ``clip`` after it. Pools,
-concatenation and the activations must keep their quantization, as TFLite requires; MEAN,
-SOFTMAX and concatenation take no fused activation.
+TFLite's fused RELU / RELU6 / RELU_N1_TO_1 does, and so does the int8 ``clip`` after it; alone on
+``x`` they are TFLite's RELU (which requantizes) and RELU6 / RELU_N1_TO_1 (which only clamp, so
+the quantization must not change). Pools, concatenation, LOGISTIC and SOFTMAX take the
+quantization TFLite requires; MEAN, SOFTMAX and concatenation no fused activation. The frontend
+writes an int8 AVERAGE_POOL_2D as integer ops, ``astype(avg_pool2d(astype(x, int32)), int8)``,
+whose division truncates where TFLite rounds: that form becomes ``average_pool_int8`` too (its
+int8 MAX_POOL_2D is exact already and stays).
 
 Anything else is never rewritten on a guess: a ``quantize`` of another float value only gets
 TFLite's rounding (a ``quantize_float`` kernel), the float computation before it stays, and a
-``warnings.warn`` names, per function, the operators left in floating point. Run it before
-``LegalizeOps`` (the pipeline has it first in ``BEFORE_LEGALIZE``). What it lowered is kept on the
-instance as ``.lowered`` (kernel kind -> count) and what it left as ``.left_float``.
+``warnings.warn`` names, per function, the operators left as imported. Run it before
+``LegalizeOps`` (the pipeline has it first in ``BEFORE_LEGALIZE``). What it did is kept on the
+instance: ``.lowered`` (kernel kind -> count) and ``.unlowered`` (operator -> count).
 """
 
 from __future__ import annotations
@@ -90,6 +96,11 @@ class _Quant:
     scale: float
     zero_point: int
 
+    def same(self, other: _Quant | None) -> bool:
+        """Whether ``other`` dequantizes the same int8 value the same way."""
+        return other is not None and other.value.same_as(self.value) \
+            and (other.scale, other.zero_point) == (self.scale, self.zero_point)
+
 
 @dataclasses.dataclass(frozen=True)
 class _Weights:
@@ -108,16 +119,36 @@ class _Weights:
 
 @dataclasses.dataclass(frozen=True)
 class _Root:
-    """One quantized operator: the float value quantized, the output quantization, the clamp."""
+    """One quantized operator, ending in an int8 binding."""
 
-    float_input: relax.Expr      # what the quantize (or its fused activation) reads
-    scale: float
-    zero_point: int
-    act: tuple[int, int]         # the output clamp
-    activation: str | None       # the float activation before the quantize, if any
+    computed: relax.Expr         # what the int8 result is computed from: the quantize's input,
+    #                              or the pool of an integer average pool
+    float_input: relax.Expr      # ``computed`` without the float activation, if any
+    scale: float | None          # the output quantization (None: integer average pool)
+    zero_point: int | None
+    clamp: tuple[int, int]       # the int8 clip after the quantize (full range if none)
+    act: tuple[int, int]         # ``clamp`` narrowed by the float activation
+    activation: str | None       # the float activation, as TFLite names it
 
 
 Kernel = tuple[str, list, Callable[..., relax.Expr]]   # (kind, inputs, body)
+
+
+def _quantize_float(root: _Root) -> Kernel:
+    """TFLite's float -> int8 QUANTIZE of ``root.computed`` (then the int8 clip after it)."""
+    return "quantize", [root.computed], lambda v: ri.quantize_float(
+        v, root.scale, root.zero_point, *root.clamp)
+
+
+def _layout_change(call) -> Callable[[np.ndarray], np.ndarray] | None:
+    """What a ``reshape`` / ``permute_dims`` call does to a numpy array (else None)."""
+    if is_op(call, "relax.reshape"):
+        shape = _shape(call)
+        return lambda a: a.reshape(shape)
+    if is_op(call, "relax.permute_dims"):
+        axes = None if call.attrs.axes is None else [int(a) for a in call.attrs.axes]
+        return lambda a: np.transpose(a, axes)
+    return None
 
 
 class _Matcher:
@@ -145,36 +176,24 @@ class _Matcher:
         call = self.value(expr)
         if isinstance(call, tvm.ir.Constant):
             return call.value.numpy()
-        inner = self.integers(call.args[0]) if isinstance(call, relax.Call) and call.args \
-            else None
-        if inner is None:
-            return None
-        if is_op(call, "relax.reshape"):
-            return inner.reshape(_shape(call))
-        if is_op(call, "relax.permute_dims"):
-            axes = None if call.attrs.axes is None else [int(a) for a in call.attrs.axes]
-            return np.transpose(inner, axes)
-        return None
+        change = _layout_change(call)
+        inner = None if change is None else self.integers(call.args[0])
+        return None if inner is None else change(inner)
 
-    def weights(self, expr, dtype: str = "int8") -> _Weights | None:
-        """A dequantized ``dtype`` constant with zero point 0, possibly reshaped or transposed
+    def weights(self, expr) -> _Weights | None:
+        """A dequantized int8 constant with zero point 0, possibly reshaped or transposed
         after the dequantize."""
         call = self.value(expr)
-        if is_op(call, "relax.reshape", "relax.permute_dims"):
-            inner = self.weights(call.args[0], dtype)
-            if inner is None:
-                return None
-            if is_op(call, "relax.reshape"):
-                change = lambda a: a.reshape(_shape(call))   # noqa: E731
-            else:
-                axes = None if call.attrs.axes is None else [int(a) for a in call.attrs.axes]
-                change = lambda a: np.transpose(a, axes)     # noqa: E731
-            return _Weights(change(inner.values), change(inner.scales), inner.per_channel)
+        change = _layout_change(call)
+        if change is not None:
+            inner = self.weights(call.args[0])
+            return None if inner is None else _Weights(change(inner.values),
+                                                       change(inner.scales), inner.per_channel)
         if not is_op(call, "relax.dequantize"):
             return None
         q = self.integers(call.args[0])
         scale, zero_point = (self.integers(a) for a in call.args[1:])
-        if q is None or scale is None or zero_point is None or q.dtype != np.dtype(dtype) \
+        if q is None or scale is None or zero_point is None or q.dtype != np.int8 \
                 or np.any(zero_point != 0):
             return None
         scale = np.asarray(scale, dtype=np.float32).reshape(-1)
@@ -187,24 +206,42 @@ class _Matcher:
             scale = scale.reshape(shape)
         return _Weights(q, np.broadcast_to(scale, q.shape), scale.size > 1)
 
+    def bias(self, expr) -> np.ndarray | None:
+        """The values of a dequantized int32 vector constant with zero point 0 (its scale is
+        the product of the input and weight scales; TFLite's kernels assume it)."""
+        call = self.value(expr)
+        if not is_op(call, "relax.dequantize"):
+            return None
+        values, zero_point = self.integers(call.args[0]), _number(call.args[2])
+        if values is None or values.dtype != np.int32 or values.ndim != 1 or zero_point != 0:
+            return None
+        return values
+
     def clipped(self, bindings, uses: Counter) -> set[relax.Var]:
-        """The int8 quantize variables read by nothing but one int8 ``clip``."""
+        """The int8 results (of a quantize or a cast) read by nothing but one int8 ``clip``."""
         return {b.value.args[0] for b in bindings
                 if is_op(b.value, "relax.clip") and b.var.ty.dtype == "int8"
                 and isinstance(b.value.args[0], relax.Var) and uses[b.value.args[0]] == 1
-                and is_op(self.value(b.value.args[0]), "relax.quantize")}
+                and is_op(self.value(b.value.args[0]), "relax.quantize", "relax.astype")}
 
     def root(self, binding: relax.Binding, clipped: set[relax.Var]) -> _Root | None:
-        """The quantized operator ending at ``binding``: an int8 ``quantize`` not in ``clipped``
-        or the ``clip`` of one that is, with its fused activation; else None."""
-        value, act = binding.value, _FULL_RANGE
+        """The quantized operator ending at ``binding``: an int8 ``quantize`` (or the integer
+        average pool the frontend writes, ``astype(avg_pool2d(astype(x, int32)), int8)``) not
+        in ``clipped``, or the ``clip`` of one that is; else None."""
+        value, clamp = binding.value, _FULL_RANGE
         if is_op(value, "relax.clip") and value.args[0] in clipped:
             lo, hi = _number(value.args[1]), _number(value.args[2])
             if lo is None or hi is None:
                 return None
-            act = (max(ref.INT8_MIN, int(lo)), min(ref.INT8_MAX, int(hi)))
+            clamp = (max(ref.INT8_MIN, int(lo)), min(ref.INT8_MAX, int(hi)))
             value = self.value(value.args[0])
         elif binding.var in clipped:
+            return None
+        if is_op(value, "relax.astype") and value.attrs.dtype == "int8":
+            pool = self.value(value.args[0])
+            if is_op(pool, "relax.nn.avg_pool2d") \
+                    and self._int8_widened(pool.args[0]) is not None:
+                return _Root(pool, pool, None, None, clamp, clamp, None)
             return None
         if not (is_op(value, "relax.quantize") and value.attrs.out_dtype == "int8"):
             return None
@@ -212,24 +249,36 @@ class _Matcher:
         if scale is None or zero_point is None:
             return None
         scale, zero_point = float(np.float32(scale)), int(zero_point)
-        x = self.value(value.args[0])
+        computed = value.args[0]
+        x = self.value(computed)
         activation = None
         if is_op(x, "relax.nn.relu"):
             activation = "RELU"
         elif is_op(x, "relax.clip"):
             activation = _FLOAT_CLIPS.get((_number(x.args[1]), _number(x.args[2])))
         if activation is None:
-            return _Root(value.args[0], scale, zero_point, act, None)
+            return _Root(computed, computed, scale, zero_point, clamp, clamp, None)
         lo, hi = ref.activation_range(activation, scale, zero_point)
-        return _Root(x.args[0], scale, zero_point, (max(act[0], lo), min(act[1], hi)),
-                     activation)
+        return _Root(computed, x.args[0], scale, zero_point, clamp,
+                     (max(clamp[0], lo), min(clamp[1], hi)), activation)
+
+    def _int8_widened(self, expr) -> relax.Expr | None:
+        """``x`` if ``expr`` is ``astype(x, "int32")`` of an int8 ``x``."""
+        call = self.value(expr)
+        if is_op(call, "relax.astype") and call.attrs.dtype == "int32" \
+                and call.args[0].ty.dtype == "int8":
+            return call.args[0]
+        return None
 
     # ------------------------------------------------------------------------- operators
     def kernel(self, root: _Root) -> Kernel | None:
         """The integer kernel of a quantized operator, or None when its form is not known."""
         x = self.value(root.float_input)
+        if not isinstance(x, relax.Call):          # QUANTIZE of a float input
+            return _quantize_float(root)
         for match in (self._conv, self._matmul, self._binary, self._pool, self._mean,
-                      self._concat, self._softmax, self._hard_swish, self._table):
+                      self._concat, self._softmax, self._logistic, self._hard_swish,
+                      self._table):
             kernel = match(x, root)
             if kernel is not None:
                 return kernel
@@ -243,9 +292,9 @@ class _Matcher:
             return None, None
         for anchor, bias in ((x.args[0], x.args[1]), (x.args[1], x.args[0])):
             anchor = self.value(anchor)
-            b = self.weights(bias, "int32")
-            if is_op(anchor, op) and b is not None and b.values.ndim == 1:
-                return anchor, b.values
+            b = self.bias(bias)
+            if is_op(anchor, op) and b is not None:
+                return anchor, b
         return None, None
 
     def _requant(self, root: _Root, q: _Quant, scales: np.ndarray) -> ref.Requant:
@@ -313,20 +362,27 @@ class _Matcher:
         return q is not None and (q.scale, q.zero_point) == (root.scale, root.zero_point)
 
     def _pool(self, x, root: _Root) -> Kernel | None:
+        """A pool of a dequantized tensor keeping its quantization, or the frontend's integer
+        average pool (TVM's integer division truncates; TFLite's rounds)."""
         if not is_op(x, "relax.nn.avg_pool2d", "relax.nn.max_pool2d"):
             return None
-        a, q = x.attrs, self.dequantized(x.args[0])
-        if not self._same_quant(q, root) or a.layout != "NHWC" or a.out_layout != "NHWC" \
+        a = x.attrs
+        if root.scale is None:
+            source = self._int8_widened(x.args[0])
+        else:
+            q = self.dequantized(x.args[0])
+            source = q.value if self._same_quant(q, root) else None
+        if source is None or a.layout != "NHWC" or a.out_layout != "NHWC" \
                 or bool(a.ceil_mode) or any(int(d) != 1 for d in a.dilation) \
-                or bool(getattr(a, "count_include_pad", False)):
+                or bool(a.count_include_pad):
             return None
         top, left, bottom, right = (int(p) for p in a.padding)
         params = ref.PoolParams(tuple(int(k) for k in a.pool_size),
                                 tuple(int(s) for s in a.strides), (top, bottom, left, right),
                                 *root.act)
         if is_op(x, "relax.nn.avg_pool2d"):
-            return "average_pool2d", [q.value], lambda v: ri.average_pool_int8(v, params)
-        return "max_pool2d", [q.value], lambda v: ri.max_pool_int8(v, params)
+            return "average_pool2d", [source], lambda v: ri.average_pool_int8(v, params)
+        return "max_pool2d", [source], lambda v: ri.max_pool_int8(v, params)
 
     def _mean(self, x, root: _Root) -> Kernel | None:
         q = self.dequantized(x.args[0]) if is_op(x, "relax.mean") else None
@@ -357,6 +413,15 @@ class _Matcher:
         params = ref.softmax_params(1.0, q.scale)
         return "softmax", [q.value], lambda v: ri.softmax_int8(v, params)
 
+    def _logistic(self, x, root: _Root) -> Kernel | None:
+        q = self.dequantized(x.args[0]) if is_op(x, "relax.sigmoid") else None
+        if q is None or root.act != _FULL_RANGE \
+                or (root.scale, root.zero_point) != (1.0 / 256, ref.INT8_MIN):
+            return None
+        params = ref.logistic_params(q.scale, q.zero_point)
+        table = ri.table_of(lambda v: ref.logistic_int8(v, params))
+        return "logistic", [q.value], lambda v: ri.lookup_table(v, table)
+
     def _hard_swish(self, x, root: _Root) -> Kernel | None:
         """``x * relu6(x + 3) / 6`` (how the frontend writes HARD_SWISH): a lookup table."""
         if not (is_op(x, "relax.divide") and _number(x.args[1]) == 6.0
@@ -373,10 +438,10 @@ class _Matcher:
                 continue
             shifted = self.value(gate.args[0])
             if is_op(shifted, "relax.add") and _number(shifted.args[1]) == 3.0 \
-                    and self.dequantized(shifted.args[0]) == q:
+                    and q.same(self.dequantized(shifted.args[0])):
                 params = ref.hard_swish_params(q.scale, q.zero_point, root.scale,
                                                root.zero_point)
-                table = ri._lut_of(lambda v: ref.hard_swish_int8(v, params))
+                table = ri.table_of(lambda v: ref.hard_swish_int8(v, params))
                 return "hard_swish", [q.value], lambda v: ri.lookup_table(v, table)
         return None
 
@@ -393,8 +458,8 @@ class _Matcher:
         if root.activation is not None and not self._same_quant(q, root):
             return None
         m, s = ref.quantize_multiplier(q.scale / root.scale)
-        table = np.clip(ref.requantize_int8(np.arange(-128, 128), q.zero_point, m, s,
-                                            root.zero_point), *root.act).astype(np.int8)
+        table = ri.table_of(lambda v: np.clip(ref.requantize_int8(v, q.zero_point, m, s,
+                                                                  root.zero_point), *root.act))
         kind = (root.activation or "quantize").lower()
         return kind, [q.value], lambda v: ri.lookup_table(v, table)
 
@@ -404,27 +469,29 @@ class LowerFakeQuant:
     """Rewrite ``dequantize -> float op -> quantize`` into integer kernels (module docstring)."""
 
     def __init__(self):
-        self.lowered: Counter = Counter()
-        self.left_float: Counter = Counter()
+        self.lowered: Counter = Counter()      # kernel kind -> how many
+        self.unlowered: Counter = Counter()    # operator left as imported -> how many
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        self.lowered, self.left_float = Counter(), Counter()
+        self.lowered, self.unlowered = Counter(), Counter()
         bb = relax.BlockBuilder(mod)
         changed = False
         for gvar, func in relax_functions(mod):
             new, left = self._lower_function(bb, func)
-            if new is not func:
+            if new is not None:
                 bb.update_func(gvar, new)
                 changed = True
             if left:
                 what = ", ".join(f"{op} x{n}" for op, n in sorted(left.items()))
-                warnings.warn(f"LowerFakeQuant: in '{gvar.name_hint}', quantized operators stay "
-                              f"in floating point (no integer lowering for: {what}); only "
-                              "their final quantize rounds like TFLite", stacklevel=2)
-            self.left_float.update(left)
+                warnings.warn(f"LowerFakeQuant: in '{gvar.name_hint}', quantized operators are "
+                              f"left as imported, without an integer lowering: {what} (a final "
+                              "quantize still rounds like TFLite)", stacklevel=2)
+            self.unlowered.update(left)
         return bb.get() if changed else mod
 
     def _lower_function(self, bb: relax.BlockBuilder, func: relax.Function):
+        """(``func`` with its quantized operators lowered or None if none was, the operators
+        left as imported)."""
         matcher = _Matcher(func)
         bindings = [b for block in func.body.blocks for b in block.bindings]
         uses: Counter = Counter(v for b in bindings for v in relax.analysis.free_vars(b.value))
@@ -438,18 +505,17 @@ class LowerFakeQuant:
                 continue
             kernel = matcher.kernel(root)
             if kernel is None:
-                producer = matcher.value(root.float_input)
-                if isinstance(producer, relax.Call) and isinstance(producer.op, tvm.ir.Op):
-                    left[producer.op.name.removeprefix("relax.")] += 1
-                kernel = ("quantize", [root.float_input],
-                          lambda v, r=root: ri.quantize_float(v, r.scale, r.zero_point, *r.act))
+                left[matcher.value(root.computed).op.name.removeprefix("relax.")] += 1
+                if root.scale is None:
+                    continue
+                kernel = _quantize_float(root)
             kind, inputs, body = kernel
             name = f"{kind}_{b.var.name}"
-            func_k, args = ri.kernel_function(name, inputs, body)
-            calls[b.var] = relax.Call(bb.add_func(func_k, name), args)
+            kernel_func, args = ri.kernel_function(name, inputs, body)
+            calls[b.var] = relax.Call(bb.add_func(kernel_func, name), args)
             self.lowered[kind] += 1
         if not calls:
-            return func, left
+            return None, left
         blocks = [type(block)([relax.VarBinding(b.var, calls[b.var]) if b.var in calls else b
                                for b in block.bindings]) for block in func.body.blocks]
         new = relax.Function(func.params, relax.SeqExpr(blocks, func.body.body), func.ret_ty,

@@ -6,10 +6,10 @@ calls a *pad kernel* (a function with attribute ``Primitive`` whose body is one 
 every use of ``xp`` is as the input of an *integer convolution kernel* that shifts it by the pad
 value before its ``conv2d`` (``conv2d(int16(xp) - v, w, ...)``, the form
 :mod:`tvm_serenity.frontend.relax_import` and :class:`~.fakequant.LowerFakeQuant` emit). Each such
-call then reads ``x`` through a copy of its kernel whose ``conv2d`` padding is larger by the PAD's
-(kernels are added with ``BlockBuilder.add_func``, so identical copies are shared), and kernels no
-longer called are removed (``DeadCodeElimination``). Nothing else changes; a PAD read by anything
-else (pooling, an output, a different shift) stays.
+call then reads ``x`` through a copy of its kernel, named ``<kernel>_padded``, whose ``conv2d``
+padding is larger by the PAD's (kernels are added with ``BlockBuilder.add_func``, so identical
+copies are shared), and kernels no longer called are removed (``DeadCodeElimination``). Nothing
+else changes; a PAD read by anything else (pooling, an output, a different shift) stays.
 
 Why it is exact: TFLite's int8 PAD fills with the output zero point ``z`` and the convolution
 sums ``w * (x - z)``, so a padded tap contributes ``w * 0``, exactly what the convolution's own

@@ -1,0 +1,207 @@
+"""The int8 Relax importer: integer semantics bit-exact with TFLite Micro, one kernel per TFLite
+operator, and the memory figures of the "serenity" pipeline on the real models.
+
+Every compiled model runs on the Relax VM against :mod:`tvm_serenity.frontend.reference` (itself
+bit-exact with TFLite Micro, tested in test_frontend_tflite.py) on random int8 inputs; two real
+models are also checked against the TFLite Micro interpreter itself.
+"""
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+from tvm.relax.backend.cpu_generic import pipeline as cpu
+
+import tvm_serenity.passes as sp
+from tflite_cases import MODEL_FILES, SINGLE_OP_MODELS, model_path
+from tvm_serenity.frontend import (ModelBuilder, UnsupportedOperatorError, load_tflite,
+                                   parse_tflite, reference, tflite_to_graph)
+from tvm_serenity.frontend.interpreters import TFLM, available, model_inputs, run_interpreter
+from tvm_serenity.frontend.to_graph import GRAPH_OPS
+from tvm_serenity.frontend.relax_import import (from_tflite, kernel_function, requantize,
+                                                tensor_var_names)
+from tvm_serenity.memory import simulate
+from tvm_serenity.passes.convert import block_graph, is_op
+
+TARGET = tvm.target.Target("llvm")
+
+
+@tvm.instrument.pass_instrument
+class Capture:
+    """Keeps, from one run of the "serenity" pipeline, the fused module in stored order (what
+    MemoryAwareSchedule reads) and the reports of MemoryAwareSchedule and ArenaPlan."""
+
+    def __init__(self):
+        self.fused = self.schedule = self.arena = None
+
+    def run_before_pass(self, mod, info):
+        if info.name == "serenity.MemoryAwareSchedule":
+            self.fused = mod
+
+    def run_after_pass(self, mod, info):
+        if info.name == "serenity.MemoryAwareSchedule":
+            self.schedule = sp.read_report(mod)
+        elif info.name == "serenity.ArenaPlan":
+            self.arena = sp.read_report(mod, "serenity.arena")
+
+
+def compile_serenity(mod):
+    capture = Capture()
+    with tvm.transform.PassContext(instruments=[capture]):
+        ex = tvm.compile(mod, target="llvm", relax_pipeline="serenity")
+    return ex, capture
+
+
+def run_vm(ex, inputs):
+    out = relax.VirtualMachine(ex, tvm.cpu())["main"](*[tvm.runtime.tensor(a) for a in inputs])
+    return [out.numpy()] if isinstance(out, tvm.runtime.Tensor) else [o.numpy() for o in out]
+
+
+def assert_outputs_equal(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_array_equal(g, w)
+
+
+def fuse(mod):
+    with TARGET:
+        return tvm.transform.Sequential([*cpu.library_dispatch_passes(TARGET),
+                                         *cpu.legalize_passes(TARGET)])(mod)
+
+
+# ------------------------------------------------------------------------- fixed-point helper
+def test_requantize_helper_matches_the_reference():
+    """The Relax requantization against reference.requantize: per-channel multipliers with
+    left shifts, zero and right shifts, exact rounding ties, and int32 extremes."""
+    rng = np.random.default_rng(0)
+    shifts = np.array([3, 1, 0, -1, -5, -12, -31, -20], dtype=np.int64)
+    multipliers = np.array([1 << 30, (1 << 31) - 1, 1518500250, 1 << 30, 1431655765,
+                            2004318071, 1 << 30, 1717986918], dtype=np.int64)
+    rq = reference.Requant(multipliers, shifts, -7, -100, 120)
+    acc = rng.integers(-(1 << 31), 1 << 31, (64, 8), dtype=np.int64)
+    acc[:8] = np.array([(1 << 31) - 1, -(1 << 31), 0, -1, 1, 2048, -2048, 6144])[:, None]
+    acc[8:16] = (np.arange(-4, 4)[:, None] * 2 + 1) << np.maximum(-shifts - 1, 0)   # ties
+    acc = acc.astype(np.int32)
+    x = relax.Var("acc", relax.TensorType(acc.shape, "int32"))
+    bb = relax.BlockBuilder()
+    func, args = kernel_function("requantize", [x], lambda v: requantize(v, rq))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.Call(bb.add_func(func, "requantize"), args))
+        bb.emit_func_output(out)
+    got = run_vm(tvm.compile(bb.get(), target="llvm"), [acc])[0]
+    np.testing.assert_array_equal(got, rq(acc))
+
+
+# ------------------------------------------------------------------------ single operators
+FAST_CASES = {"conv3x3_same_relu6", "conv_grouped", "depthwise_mult2", "fc_per_tensor",
+              "add_broadcast", "mul_broadcast", "mean_hw_drop", "avg_pool_same_s2",
+              "max_pool_same", "pad_then_depthwise", "transpose", "concat_width",
+              "resize_half_pixel", "hard_swish", "logistic", "softmax_fine", "relu_requant",
+              "quantize_float_saturating", "dequantize"}
+
+
+@pytest.mark.parametrize("case", [c if c in FAST_CASES else pytest.param(c, marks=pytest.mark.slow)
+                                  for c in sorted(SINGLE_OP_MODELS)])
+def test_single_operator_is_bit_exact(case):
+    model = parse_tflite(SINGLE_OP_MODELS[case](), f"{case}.tflite")
+    ex, _ = compile_serenity(from_tflite(model))
+    rng = np.random.default_rng(7)
+    for _ in range(3):
+        inputs = model_inputs(model, rng)
+        assert_outputs_equal(run_vm(ex, inputs), reference.run(model, inputs))
+
+
+def test_unsupported_operator_is_named():
+    b = ModelBuilder()
+    x = b.add_tensor((1, 4), scale=0.1, zero_point=0)
+    y = b.add_tensor((1, 4), scale=1 / 128, zero_point=0)
+    b.add_operator("TANH", [x], [y])
+    with pytest.raises(UnsupportedOperatorError, match=r"operator 0 \(TANH\)") as info:
+        from_tflite(parse_tflite(b.build([x], [y]), "tanh.tflite"))
+    assert info.value.op == "TANH"
+
+
+# -------------------------------------------------------------------- structure and memory
+def test_one_kernel_per_operator_named_after_its_tensor():
+    model = load_tflite(model_path("tinyengine/vww.tflite"))
+    mod = from_tflite(model)
+    relax.analysis.well_formed(mod)
+    names = tensor_var_names(model)
+    main = mod["main"]
+    assert [p.name for p in main.params] == [names[i] for i in model.inputs]
+    (block,) = main.body.blocks
+    assert len(block.bindings) == len(model.operators)
+    for b, op in zip(block.bindings, model.operators):
+        out = model.tensors[op.outputs[0]]
+        assert b.var.name == names[op.outputs[0]]
+        assert [int(d) for d in b.var.ty.shape.values] == list(out.shape)
+        assert b.var.ty.dtype == out.dtype
+        kernel = mod[b.value.op]            # a call of a kernel, nothing else in main
+        assert kernel.attrs["Primitive"]
+        assert b.value.op.name_hint.rsplit("_", 1)[0] == GRAPH_OPS.get(op.op, op.op.lower())
+    # readable names: the TFLite name up to ';', sanitized, unique
+    assert names[model.inputs[0]] == "input_0_f_1"
+    assert names[model.outputs[0]] == "t_1422"
+    assert len(set(names.values())) == len(names)
+    v3 = tensor_var_names(load_tflite(model_path("keras/mobilenet_v3_small_075_96.tflite")))
+    assert "conv_bn_1_batchnorm_add_1" in v3.values()      # "MobileNetV3Small_1/" dropped
+
+
+@pytest.mark.parametrize("rel,fold", [("tinyengine/vww.tflite", False),
+                                      ("mcunet/mcunet-320kb-1mb_imagenet.tflite", True)])
+def test_fused_tensors_are_the_tflite_tensors(rel, fold):
+    """After FuseOps/FuseTIR each operator is one call_tir whose result is its int8 TFLite
+    tensor: the Relax block read as a graph is the TFLite graph IR (same nodes, bytes, order,
+    peak), so no int32 accumulator or int16 shifted input inflates the planning figures."""
+    model = load_tflite(model_path(rel))
+    mod = from_tflite(model)
+    if fold:
+        mod = sp.FoldPad()(mod)
+    fused = fuse(mod)
+    bindings = fused["main"].body.blocks[0].bindings
+    assert all(is_op(b.value, "relax.call_tir") for b in bindings)
+    graph = block_graph(fused["main"], 0).graph
+    tflite = tflite_to_graph(model, fold_pad=fold)
+    assert [graph[n].bytes for n in graph.op_names] == [tflite[n].bytes for n in tflite.op_names]
+    assert [len(graph[n].inputs) for n in graph.op_names] == \
+        [len(tflite[n].inputs) for n in tflite.op_names]
+    assert simulate(graph, graph.op_names, inplace=False).peak_bytes == \
+        simulate(tflite, tflite.op_names, inplace=False).peak_bytes
+    assert {graph[n].dtype for n in graph.op_names} <= {"int8", "float32"}
+
+
+# ------------------------------------------------------------------------------ real models
+#: Models also run through the TFLite Micro interpreter itself (float edges, PAD, TRANSPOSE,
+#: AVERAGE_POOL_2D, 54 PADs folded).
+TFLM_CHECKED = {"tinyengine/vww.tflite", "mcunet/mcunet-320kb-1mb_imagenet.tflite"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rel", MODEL_FILES)
+def test_real_model_is_bit_exact_and_planned(rel):
+    path = model_path(rel)
+    model = load_tflite(path)
+    ex, capture = compile_serenity(from_tflite(model))
+    rng = np.random.default_rng(11)
+    input_sets = [model_inputs(model, rng) for _ in range(3)]
+    outputs = [run_vm(ex, inputs) for inputs in input_sets]
+    for inputs, got in zip(input_sets, outputs):
+        assert_outputs_equal(got, reference.run(model, inputs))
+    if rel in TFLM_CHECKED and available(TFLM):
+        for got, tensors in zip(outputs, run_interpreter(TFLM, path, input_sets)):
+            assert_outputs_equal(got, [tensors[i] for i in model.outputs])
+
+    (arena,) = capture.arena["functions"]
+    schedule = capture.schedule["functions"]["main"]
+    with TARGET:
+        stored = tvm.transform.Sequential(cpu.dataflow_lower_passes(TARGET))(capture.fused)
+    tvm_stored = sp.static_plan_bytes(stored)
+    assert arena["liveness_peak_bytes"] <= arena["lower_bound_bytes"] <= arena["arena_bytes"]
+    assert arena["arena_bytes"] <= arena["static_plan_bytes"]
+    assert schedule["lower_bound"] <= schedule["peak_after"] <= schedule["peak_before"]
+    print(f"\n{rel}: arena {arena['arena_bytes']} B (liveness {arena['liveness_peak_bytes']} B, "
+          f"{arena['tensors']} tensors) | StaticPlanBlockMemory {arena['static_plan_bytes']} B "
+          f"same order, {tvm_stored} B stored order | schedule peak {schedule['peak_before']} -> "
+          f"{schedule['peak_after']} B, lower bound {schedule['lower_bound']} B")
