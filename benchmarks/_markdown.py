@@ -1,7 +1,8 @@
 """Shared by the benchmark scripts: markdown tables and BENCHMARKS.md sections.
 
 Each benchmark owns one section of BENCHMARKS.md between ``<!-- BEGIN name -->`` and
-``<!-- END name -->``; writing a section replaces only that section (appending it if new).
+``<!-- END name -->``; writing a section replaces only that section, and the sections are
+kept in one reading order.
 """
 
 from __future__ import annotations
@@ -40,11 +41,19 @@ def geomean(values) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
+# Sections in reading order: the peers first, then each mechanism, then the boards.
+SECTION_ORDER = ["peers", "schedule", "rewrite", "alloc", "rip", "deploy"]
+_SECTION = re.compile(r"<!-- BEGIN (\S+) -->\n.*?\n<!-- END \1 -->", re.S)
+
+
 def write_section(name: str, markdown: str, path: Path = BENCHMARKS_MD) -> None:
-    begin, end = f"<!-- BEGIN {name} -->", f"<!-- END {name} -->"
+    """Replace (or add) section ``name``; sections are kept in :data:`SECTION_ORDER`."""
     text = path.read_text() if path.exists() else _HEADER
-    block = f"{begin}\n{markdown.strip()}\n{end}"
-    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
-    text = pattern.sub(lambda _: block, text) if pattern.search(text) else \
-        text.rstrip() + "\n\n" + block + "\n"
-    path.write_text(text)
+    sections = {m.group(1): m.group(0) for m in _SECTION.finditer(text)}
+    sections[name] = f"<!-- BEGIN {name} -->\n{markdown.strip()}\n<!-- END {name} -->"
+    first = _SECTION.search(text)
+    header = text[:first.start()] if first else text
+    ordered = sorted(sections, key=lambda n: (SECTION_ORDER.index(n)
+                                              if n in SECTION_ORDER else len(SECTION_ORDER), n))
+    path.write_text(header.rstrip() + "\n\n" + "\n\n".join(sections[n] for n in ordered)
+                    + "\n")
