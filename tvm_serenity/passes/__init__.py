@@ -3,6 +3,8 @@
 * :class:`LowerFakeQuant`: rewrites dequantize -> float op -> quantize into integer kernels;
 * :class:`FoldPad`: folds explicit int8 PADs into the padding of the convolutions reading them;
 * :class:`MemoryAwareSchedule`: reorders every dataflow block for minimum peak memory;
+* :class:`RiPLowering` (with :class:`RiPAnnotate`): int8 convolutions that are their input's last
+  consumer run as in-place Right-in-Place kernels (``R.call_tir_inplace``);
 * :class:`ArenaPlan`: replaces ``StaticPlanBlockMemory`` with one arena at planned offsets;
 * :func:`serenity_pipeline`: TVM's CPU pipeline with these inserted (and the extension points
   :data:`BEFORE_LEGALIZE` / :data:`AFTER_SCHEDULE`); importing this package registers it, so
@@ -20,6 +22,7 @@ from .foldpad import FoldPad
 from .pipeline import (AFTER_SCHEDULE, BEFORE_LEGALIZE, PIPELINE_NAME, pipeline_report,
                        register, serenity_pipeline)
 from .schedule import BlockSchedule, MemoryAwareSchedule, ScheduleReport, read_report
+from .rip import RiPAnnotate, RiPLowering
 
 register()
 
@@ -27,4 +30,4 @@ __all__ = ["LowerFakeQuant", "FoldPad", "MemoryAwareSchedule", "ScheduleReport",
            "ArenaPlan", "ArenaReport", "FunctionArena", "static_plan_bytes", "serenity_pipeline",
            "pipeline_report", "read_report", "BEFORE_LEGALIZE", "AFTER_SCHEDULE", "PIPELINE_NAME",
            "BlockGraph", "ConversionError", "PassError", "block_graph", "graph_of_bindings",
-           "with_blocks"]
+           "with_blocks", "RiPAnnotate", "RiPLowering"]

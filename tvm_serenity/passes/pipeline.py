@@ -49,15 +49,18 @@ AFTER_SCHEDULE: list[PassFactory] = []
 def serenity_pipeline(*, method: str = "serenity", time_limit: float | None = None,
                       inplace: bool = True, planner: str = "optimal",
                       alignment: int = HOST_ALIGNMENT, plan_time_limit: float | None = None,
-                      target: tvm.target.Target | str | None = None) -> tvm.transform.Sequential:
+                      target: tvm.target.Target | str | None = None,
+                      rip: bool = False) -> tvm.transform.Sequential:
     """The serenity pipeline as one ``Sequential`` (see the module docstring).
 
     ``method``, ``time_limit``, ``inplace``: :class:`MemoryAwareSchedule`; ``planner``,
     ``alignment``, ``plan_time_limit``: :class:`ArenaPlan`; ``target``: handed to TVM's stage
-    lists (default: the current target, else ``llvm``).
+    lists (default: the current target, else ``llvm``); ``rip``: enable
+    :class:`~.rip.RiPLowering` (off by default: on llvm it adds copies, see its docstring).
     """
     options = {"method": method, "time_limit": time_limit, "inplace": inplace,
-               "planner": planner, "alignment": alignment, "plan_time_limit": plan_time_limit}
+               "planner": planner, "alignment": alignment, "plan_time_limit": plan_time_limit,
+               "rip": rip}
     if isinstance(target, str):
         target = tvm.target.Target(target)
     target = target or tvm.target.Target.current(allow_none=True) or tvm.target.Target("llvm")

@@ -1,0 +1,200 @@
+"""RiPLowering: int8 convolutions that are their input's last consumer run Right-in-Place.
+
+A small int8 TFLite model (built with ModelBuilder, imported with ``relax_import.from_tflite``)
+whose five convolutions cover every decision: a conv reading the function parameter and a
+depthwise whose input is still read later (by an ADD) stay as they are; a pointwise, a strided
+depthwise and a strided 3x1 conv are lowered. Lowered modules must run on llvm bit-identical to
+the unlowered module and to the reference interpreter. (Each RiP kernel costs seconds of LLVM
+time under TVM's default TIR pipeline, so the compiled modules are shared.)
+"""
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+from tvm.relax.backend.cpu_generic import pipeline as cpu
+
+import tvm_serenity.passes as sp
+from tvm_serenity.frontend import reference as ref
+from tvm_serenity.frontend import relax_import as ri
+from tvm_serenity.frontend.builder import ModelBuilder
+from tvm_serenity.frontend.reference import output_size, same_padding
+from tvm_serenity.frontend.tflite_model import load_tflite
+from tvm_serenity.passes.convert import is_op
+from tvm_serenity.passes.rip import SPECS_ATTR, conv_kernel_spec
+
+TARGET = tvm.target.Target("llvm")
+IN_SHAPE = (1, 7, 8, 8)
+LOWERED = ["main:t10", "main:t13", "main:t16"]      # pointwise, depthwise s2, conv 3x1 s2x1
+KEPT = {"main:t3": "input is a function parameter",
+        "main:t6": "input is read by a later binding"}
+
+
+def _conv(b, rng, x, shape, op, cout, kernel, stride, padding, act, q):
+    _, h, w, cin = shape
+    if op == "CONV_2D":
+        wshape, axis = (cout, *kernel, cin), 0
+    else:
+        cout, wshape, axis = cin, (1, *kernel, cin), 3
+    wt = b.add_tensor(wshape, scale=rng.uniform(0.002, 0.02, cout), axis=axis,
+                      data=rng.integers(-127, 128, wshape))
+    bias = b.add_tensor((cout,), "int32", data=rng.integers(-3000, 3000, cout))
+    pt, pb, pl, pr = same_padding(padding, (h, w), kernel, stride, (1, 1))
+    out = (1, output_size(h, kernel[0], stride[0], 1, pt, pb),
+           output_size(w, kernel[1], stride[1], 1, pl, pr), cout)
+    y = b.add_tensor(out, scale=q[0], zero_point=q[1])
+    opts = {"padding": padding, "stride_h": stride[0], "stride_w": stride[1],
+            "dilation_h_factor": 1, "dilation_w_factor": 1, "fused_activation_function": act}
+    if op != "CONV_2D":
+        opts["depth_multiplier"] = 1
+    b.add_operator(op, [x, wt, bias], [y], opts)
+    return y, out
+
+
+def _model_bytes() -> bytes:
+    """x -> conv3x3 (a) -> depthwise (c) ; add(a, c) -> pointwise -> depthwise s2 -> conv 3x1."""
+    rng = np.random.default_rng(0)
+    b = ModelBuilder()
+    x = b.add_tensor(IN_SHAPE, scale=0.05, zero_point=-3)
+    a, sa = _conv(b, rng, x, IN_SHAPE, "CONV_2D", 12, (3, 3), (1, 1), "SAME", "RELU6",
+                  (0.06, -5))
+    c, _ = _conv(b, rng, a, sa, "DEPTHWISE_CONV_2D", 12, (3, 3), (1, 1), "SAME", "NONE",
+                 (0.06, -5))
+    s = b.add_tensor(sa, scale=0.07, zero_point=2)
+    b.add_operator("ADD", [a, c], [s], {"fused_activation_function": "NONE"})
+    d, sd = _conv(b, rng, s, sa, "CONV_2D", 16, (1, 1), (1, 1), "VALID", "RELU", (0.05, 7))
+    e, se = _conv(b, rng, d, sd, "DEPTHWISE_CONV_2D", 16, (3, 3), (2, 2), "SAME", "RELU6",
+                  (0.05, -9))
+    f, _ = _conv(b, rng, e, se, "CONV_2D", 8, (3, 1), (2, 1), "VALID", "NONE", (0.1, 3))
+    return b.build([x], [f])
+
+
+@pytest.fixture(scope="module")
+def case(tmp_path_factory):
+    path = tmp_path_factory.mktemp("rip") / "cell.tflite"
+    path.write_bytes(_model_bytes())
+    model = load_tflite(path)
+    rng = np.random.default_rng(1)
+    inputs = [rng.integers(-128, 128, IN_SHAPE).astype(np.int8) for _ in range(2)]
+    expected = [ref.Interpreter(model).run([x])[0] for x in inputs]
+    return ri.from_tflite(model), inputs, expected
+
+
+def _run(mod, inputs, pipeline="default"):
+    ex = tvm.compile(mod, target=TARGET, relax_pipeline=pipeline)
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    return [vm["main"](tvm.runtime.tensor(x)).numpy() for x in inputs]
+
+
+def _bindings(mod):
+    return {b.var.name: b.value for block in mod["main"].body.blocks for b in block.bindings}
+
+
+def _inplace_calls(mod):
+    return {b.var.name: b for block in mod["main"].body.blocks for b in block.bindings
+            if is_op(b.value, "relax.call_tir_inplace")}
+
+
+def test_kernel_specs_read_from_the_imported_kernels(case):
+    mod, _, _ = case
+    specs = {gv.name_hint: conv_kernel_spec(f) for gv, f in mod.functions.items()}
+    assert {k: v["op"] for k, v in specs.items() if v} == {
+        "conv2d_0": "conv2d", "depthwise_conv2d_1": "depthwise_conv2d",
+        "conv2d_3": "conv2d", "depthwise_conv2d_4": "depthwise_conv2d",
+        "conv2d_5": "conv2d"}
+    assert specs["add_2"] is None
+    dw = specs["depthwise_conv2d_4"]
+    assert (dw["stride"], dw["padding"], dw["act_min"] <= dw["act_max"]) == \
+        ([2, 2], [1, 1, 0, 1], True)
+
+
+def test_specs_reject_grouped_and_multiplier_and_follow_foldpad():
+    """Grouped convs and depth multipliers have no RiP kernel; a kernel FoldPad widened is read
+    with its folded padding (PAD (1, 2) x (2, 1) into a VALID depthwise)."""
+    import tflite_cases as tc
+    from tvm_serenity.frontend.tflite_model import parse_tflite
+
+    for name in ("conv_grouped", "depthwise_mult2"):
+        mod = ri.from_tflite(parse_tflite(tc.SINGLE_OP_MODELS[name](), f"{name}.tflite"))
+        assert [conv_kernel_spec(f) for f in mod.functions.values()] == [None, None]
+    mod = ri.from_tflite(parse_tflite(tc._pad_conv_chain(), "pad_conv.tflite"))
+    folded = sp.FoldPad()(mod)
+    specs = [s for s in map(conv_kernel_spec, folded.functions.values()) if s]
+    assert len(specs) == 1
+    assert (specs[0]["in_hwc"], specs[0]["padding"], specs[0]["stride"]) == \
+        ([9, 9, 4], [1, 2, 2, 1], [2, 2])
+    # its input is the function parameter: nothing to lower
+    p = sp.RiPLowering()
+    p(folded)
+    assert p.lowered == [] and list(p.skipped.values()) == ["input is a function parameter"]
+
+
+def test_structure_alone(case):
+    mod, _, _ = case
+    p = sp.RiPLowering()
+    low = tvm.transform.Sequential([p])(mod)
+    assert p.lowered == LOWERED and p.skipped == KEPT
+    calls = _inplace_calls(low)
+    assert sorted(calls) == ["t10_rip_out", "t13_rip_out", "t16_rip_out"]
+    for b in calls.values():
+        assert [int(i) for i in b.value.attrs.inplace_indices] == [0, -1]
+        kernel = low[b.value.args[0]]
+        assert isinstance(kernel, tvm.tirx.PrimFunc)
+        assert b.value.args[0].name_hint.endswith("_rip")
+    values = _bindings(low)
+    # the kept convolutions still call their kernels; the lowered kernels are gone
+    assert values["t3"].op.name_hint == "conv2d_0"
+    assert values["t6"].op.name_hint == "depthwise_conv2d_1"
+    names = {gv.name_hint for gv in low.functions}
+    assert "conv2d_3" not in names and "depthwise_conv2d_4" not in names
+    relax.analysis.well_formed(low)
+    # idempotent: a second run finds nothing left to lower
+    again = sp.RiPLowering()
+    tvm.transform.Sequential([again])(low)
+    assert again.lowered == []
+
+
+def test_input_still_used_is_not_lowered(case):
+    """The depthwise t6 reads t3, which the ADD reads afterwards: no in-place kernel for it,
+    nor for the first conv (its input is the parameter)."""
+    mod, _, _ = case
+    low = sp.RiPLowering()(mod)
+    for name in ("t3", "t6"):
+        assert not is_op(_bindings(low)[name], "relax.call_tir_inplace", "relax.call_tir")
+
+
+def test_execution_alone_bit_exact(case):
+    mod, inputs, expected = case
+    low = tvm.transform.Sequential([sp.RiPLowering()])(mod)
+    base = _run(mod, inputs)
+    got = _run(low, inputs)
+    for b, g, e in zip(base, got, expected):
+        np.testing.assert_array_equal(b, e)
+        np.testing.assert_array_equal(g, e)
+
+
+def test_in_serenity_pipeline(case):
+    mod, inputs, expected = case
+    assert "serenity.RiPLowering" in [f().info.name for f in sp.AFTER_SCHEDULE]
+    assert "serenity.RiPAnnotate" == [f().info.name for f in sp.BEFORE_LEGALIZE][-1]
+    # off by default: the registered pipeline leaves the module's kernels alone
+    default = sp.serenity_pipeline()
+    assert not any(getattr(p, "enabled", False) for p in default.passes)
+    # up to AFTER_SCHEDULE: annotate before legalize, then lower after the schedule
+    staged = tvm.transform.Sequential([
+        *cpu.library_dispatch_passes(TARGET),
+        *(factory(rip=True) for factory in sp.BEFORE_LEGALIZE),
+        *cpu.legalize_passes(TARGET),
+        sp.MemoryAwareSchedule(),
+    ])(mod)
+    assert SPECS_ATTR in staged.attrs
+    assert not _inplace_calls(staged)
+    p = sp.RiPLowering()
+    lowered = p(staged)
+    assert p.lowered == LOWERED and p.skipped == KEPT
+    assert sorted(_inplace_calls(lowered)) == ["t10_rip_out", "t13_rip_out", "t16_rip_out"]
+    # the whole pipeline with RiP on (ArenaPlan included), executed
+    ex = tvm.compile(mod, target=TARGET, relax_pipeline=sp.serenity_pipeline(rip=True))
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    for x, e in zip(inputs, expected):
+        np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x)).numpy(), e)

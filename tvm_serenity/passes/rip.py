@@ -1,0 +1,401 @@
+"""``RiPLowering``: run int8 convolutions Right-in-Place (docs/rip.md) in the order chosen.
+
+What it changes, in every Relax function (``main``): a binding ``y = k(x, w, ...)`` that calls
+an *integer convolution kernel* of :mod:`tvm_serenity.frontend.relax_import` (recognised by its
+body, see :func:`conv_kernel_spec`: NHWC int8 ``conv2d`` with ``groups == 1``, or depthwise with
+depth multiplier 1, of ``int16(x) - z_in``, optional bias, TFLite's requantization) -- either as
+the Relax ``Primitive`` function or, after ``FuseTIR``, as ``R.call_tir`` of the PrimFunc that
+replaced it -- is rewritten when ``y`` is the **last consumer** of ``x`` in the binding order
+the block has now (nothing later in the block, after it or in the result reads ``x``) and ``x``
+is not a function parameter (the rule of :mod:`tvm_serenity.memory`)::
+
+    y_ws   = R.call_tir(<k>_rip_place, (x,), R.Tensor((S,), "int8"))   # x right-aligned at S-N_in
+    y_out  = R.call_tir_inplace(<k>_rip, (y_ws, weight, bias, multiplier, shift),
+                                inplace_indices=[0, -1],
+                                out_ty=[R.Tensor((S,), "int8"), R.Tensor((scratch,), "int32")])
+    y_rip  = y_out[0]
+    y      = R.call_tir(<k>_rip_take, (y_rip,), R.Tensor(<y's shape>, "int8"))  # first N_out B
+
+``<k>_rip`` is :func:`tvm_serenity.codegen.kernels.make_prim_func` of the layer's
+:class:`~tvm_serenity.codegen.spec.LayerSpec` in the ``"rip"`` layout (one workspace of
+``S = S*`` bytes, input right-aligned, output left-aligned at 0, written over the input), its
+per-channel tables new constants in the kernel ABI (packed int32 conv weights, int32 bias,
+multiplier, shift); the int32 scratch is a fresh output of the call. Results are bit-identical
+to the kernel it replaces (both are TFLite's per-channel int8 reference arithmetic). ``y``
+keeps its variable, so nothing after it changes; kernels no longer called are removed.
+
+What it does **not** change or achieve:
+
+* Host memory is **not** reduced on llvm: the input is copied into the workspace and the output
+  copied out of it. ``R.memory.view`` of the prefix would save the second copy (Relax 0.27 has
+  it; ``LegalizeOps`` leaves it as is), but to :mod:`.convert`'s memory model and to
+  :class:`~.arena.ArenaPlan` it is an ordinary call producing a new tensor, not an alias: the
+  workspace would drop out of the arena and the planned figures would be wrong. A copy keeps
+  them exact; teaching ``convert.is_view`` about ``memory.view`` is the follow-up. What the pass establishes is the *kernel* form and the in-place
+  decision for the scheduled order; the arena saving (input and output sharing ``S*`` bytes)
+  is realised on the MCU C path (:mod:`tvm_serenity.codegen.graph_c`).
+* It is **off by default** in the ``"serenity"`` pipeline (registered in ``AFTER_SCHEDULE``,
+  enabled with ``serenity_pipeline(rip=True)``), because of the copies above: on the host the
+  planned arena does not shrink (on the test cell ``ArenaPlan``'s arena stays 2,112 B while
+  TVM's own ``StaticPlanBlockMemory`` figure grows from 2,240 to 2,688 B).
+* Only kernels whose spec it can read *before* legalization are lowered: the pipeline runs
+  :class:`RiPAnnotate` in ``BEFORE_LEGALIZE`` (after ``FoldPad``, so folded padding is seen),
+  which records each kernel's spec in the module attribute ``"serenity.rip_kernels"``
+  (``FuseTIR`` keeps kernel names but drops function attributes). Run alone on an unlegalized
+  module, ``RiPLowering`` reads the Relax kernels itself. Grouped convolutions, depth
+  multipliers > 1, kernels of :class:`~.fakequant.LowerFakeQuant` that do not have this exact
+  form, pooling, ADD and everything else are left alone.
+* It does not reorder anything (run it after ``MemoryAwareSchedule``; a later reorder could
+  invalidate the last-consumer decision, but correctness on llvm does not depend on it since
+  ``x`` itself is never written).
+
+The lowered bindings are kept on the instance as ``.lowered`` (``function:variable``) and the
+skipped kernel calls with the reason as ``.skipped``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import tvm
+from tvm import relax, te, tirx
+
+from ..codegen.kernels import make_prim_func
+from ..codegen.spec import CodegenError, LayerSpec, kernel_params, pack_conv2d_weight
+from .convert import is_op, relax_functions, vars_used_after, with_blocks
+from .pipeline import AFTER_SCHEDULE, BEFORE_LEGALIZE
+
+__all__ = ["RiPLowering", "RiPAnnotate", "conv_kernel_spec", "SPECS_ATTR"]
+
+SPECS_ATTR = "serenity.rip_kernels"
+
+
+# ------------------------------------------------------------------ reading a kernel
+def _scalar(expr):
+    if isinstance(expr, tvm.tirx.IntImm):
+        return int(expr.value)
+    if (isinstance(expr, tvm.ir.Constant) and isinstance(expr.ty, relax.TensorType)
+            and expr.ty.ndim == 0):
+        return int(expr.value.numpy())
+    return None
+
+
+def conv_kernel_spec(func) -> dict | None:
+    """The RiP description of a Relax integer convolution kernel (module docstring), as a JSON
+    dict: geometry, zero points, clamp and which parameter holds the weight, bias, multiplier,
+    left and right shift (``-1``: absent; a scalar constant inside the body is stored by value
+    under ``"<name>_value"``); None if ``func`` is not exactly such a kernel."""
+    if not (isinstance(func, relax.Function) and func.attrs is not None
+            and "Primitive" in func.attrs and len(func.body.blocks) == 1):
+        return None
+    params = list(func.params)
+    index = {p: i for i, p in enumerate(params)}
+    bindings = list(func.body.blocks[0].bindings)
+    value_of = {b.var: b.value for b in bindings}
+    allowed = {"relax.astype", "relax.subtract", "relax.nn.conv2d", "relax.add",
+               "relax.multiply", "relax.right_shift", "relax.left_shift", "relax.less",
+               "relax.clip"}
+    if not all(isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)
+               and b.value.op.name in allowed for b in bindings):
+        return None
+    convs = [b for b in bindings if is_op(b.value, "relax.nn.conv2d")]
+    if len(convs) != 1:
+        return None
+    conv = convs[0].value
+    a = conv.attrs
+    if not (a.data_layout == "NHWC" and a.kernel_layout == "HWIO" and a.out_layout == "NHWC"
+            and a.out_dtype == "int32" and conv.args[1] in index):
+        return None
+    shifted = value_of.get(conv.args[0])
+    if not (is_op(shifted, "relax.subtract") and _scalar(shifted.args[1]) is not None):
+        return None
+    widened = value_of.get(shifted.args[0])
+    if not (is_op(widened, "relax.astype") and widened.attrs.dtype == "int16"
+            and widened.args[0].same_as(params[0]) and params[0].ty.dtype == "int8"):
+        return None
+    x_shape = [int(d) for d in params[0].ty.shape.values]
+    w_shape = [int(d) for d in params[index[conv.args[1]]].ty.shape.values]
+    if len(x_shape) != 4 or x_shape[0] != 1 or len(w_shape) != 4:
+        return None
+    kh, kw, cin_g, cout = w_shape
+    groups, cin = int(a.groups), x_shape[3]
+    if groups == 1 and cin_g == cin:
+        op = "conv2d"
+    elif groups == cin == cout and cin_g == 1:
+        op = "depthwise_conv2d"
+    else:
+        return None
+    spec = {"op": op, "in_hwc": x_shape[1:], "out_channels": cout, "kernel": [kh, kw],
+            "stride": [int(s) for s in a.strides], "dilation": [int(d) for d in a.dilation],
+            "input_zero_point": _scalar(shifted.args[1]), "params": len(params),
+            "weight": index[conv.args[1]]}
+    top, left, bottom, right = (int(p) for p in a.padding)
+    spec["padding"] = [top, bottom, left, right]
+
+    def operand(call):          # the parameter index or the scalar value of a call's operand
+        arg = call.args[1]
+        if arg in index:
+            return index[arg], None
+        return -1, _scalar(arg)
+
+    spec["bias"] = -1
+    for b in bindings:
+        if is_op(b.value, "relax.add") and b.value.args[0].same_as(convs[0].var):
+            spec["bias"] = operand(b.value)[0]
+    multiplies = [b.value for b in bindings if is_op(b.value, "relax.multiply")]
+    lefts = [b.value for b in bindings if is_op(b.value, "relax.left_shift")]
+    rights = [b.value for b in bindings if is_op(b.value, "relax.right_shift")
+              and _scalar(b.value.args[1]) != 31]
+    if not multiplies or len(lefts) > 1 or len(rights) > 1 or spec["bias"] == -1 and any(
+            is_op(b.value, "relax.add") and b.value.args[0].same_as(convs[0].var)
+            for b in bindings):
+        return None
+    for name, calls in (("multiplier", multiplies[:1]), ("left_shift", lefts),
+                        ("right_shift", rights)):
+        spec[name], spec[f"{name}_value"] = operand(calls[0]) if calls else (-1, 0)
+        if spec[name] == -1 and spec[f"{name}_value"] is None:
+            return None
+    # result = astype(clip(add(v, z_out), lo, hi), int8)
+    last = value_of.get(func.body.body)
+    clip = value_of.get(last.args[0]) if is_op(last, "relax.astype") else None
+    add = value_of.get(clip.args[0]) if is_op(clip, "relax.clip") else None
+    if not (is_op(add, "relax.add") and last.attrs.dtype == "int8"
+            and _scalar(add.args[1]) is not None and _scalar(clip.args[1]) is not None):
+        return None
+    spec.update(output_zero_point=_scalar(add.args[1]), act_min=_scalar(clip.args[1]),
+                act_max=_scalar(clip.args[2]))
+    return spec
+
+
+def _layer_spec(spec: dict) -> LayerSpec:
+    quant = {k: spec[k] for k in ("input_zero_point", "output_zero_point", "act_min",
+                                  "act_max")}
+    quant["act_min"] = max(quant["act_min"], -128)
+    quant["act_max"] = min(quant["act_max"], 127)
+    if spec["op"] == "conv2d":
+        return LayerSpec.conv2d(spec["in_hwc"], spec["out_channels"], spec["kernel"],
+                                spec["stride"], spec["dilation"], spec["padding"], **quant)
+    return LayerSpec.depthwise_conv2d(spec["in_hwc"], spec["kernel"], spec["stride"],
+                                      spec["dilation"], spec["padding"], **quant)
+
+
+def _module_specs(mod: tvm.IRModule) -> dict[str, dict]:
+    specs = {}
+    if mod.attrs is not None and SPECS_ATTR in mod.attrs:
+        specs.update(json.loads(str(mod.attrs[SPECS_ATTR])))
+    for gvar, func in mod.functions.items():
+        spec = conv_kernel_spec(func)
+        if spec is not None:
+            specs[gvar.name_hint] = spec
+    return specs
+
+
+@tvm.transform.module_pass(opt_level=0, name="serenity.RiPAnnotate")
+class RiPAnnotate:
+    """Record :func:`conv_kernel_spec` of every Relax integer convolution kernel in the module
+    attribute ``"serenity.rip_kernels"`` (JSON, by kernel name), so that :class:`RiPLowering`
+    can lower their calls after ``FuseTIR`` has turned the kernels into PrimFuncs. Changes
+    nothing else. Run it last before legalization (after ``FoldPad``). ``enabled=False``: does
+    nothing (how the pipeline includes it unless ``serenity_pipeline(rip=True)``)."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        if not self.enabled:
+            return mod
+        specs = _module_specs(mod)
+        return mod.with_attr(SPECS_ATTR, json.dumps(specs, sort_keys=True)) if specs else mod
+
+
+# ------------------------------------------------------------------ the new PrimFuncs
+def _place_func(in_shape, size: int) -> tirx.PrimFunc:
+    """``ws[S - N_in + j] = x.flat[j]``; the gap ``ws[:S - N_in]`` is zeroed."""
+    x = te.placeholder(in_shape, "int8", name="x")
+    n = int(np.prod(in_shape))
+    offset = size - n
+    strides = [int(np.prod(in_shape[i + 1:])) for i in range(len(in_shape))]
+
+    def element(i):
+        j = tirx.max(i - offset, 0)          # no negative index, even where not selected
+        index = []
+        for s, d in zip(strides, in_shape):
+            index.append(tirx.truncmod(tirx.truncdiv(j, s), d))
+        return tirx.if_then_else(i >= offset, x[tuple(index)], tirx.const(0, "int8"))
+
+    ws = te.compute((size,), element, name="ws")
+    return te.create_prim_func([x, ws]).without_attr("global_symbol")
+
+
+def _take_func(size: int, out_shape) -> tirx.PrimFunc:
+    """``y.flat[i] = ws[i]`` for ``i < N_out``."""
+    ws = te.placeholder((size,), "int8", name="ws")
+    strides = [int(np.prod(out_shape[i + 1:])) for i in range(len(out_shape))]
+    y = te.compute(tuple(out_shape),
+                   lambda *idx: ws[sum(i * s for i, s in zip(idx, strides))], name="y")
+    return te.create_prim_func([ws, y]).without_attr("global_symbol")
+
+
+def _tables(spec: dict, layer: LayerSpec, args) -> list[np.ndarray] | None:
+    """weight, bias, multiplier, shift in the kernel ABI, from the call's constant args."""
+    def arg(name):
+        i = spec[name]
+        if i == -1:
+            return None
+        a = args[i]
+        return a.value.numpy() if isinstance(a, tvm.ir.Constant) else False
+
+    cout = spec["out_channels"]
+    weight = arg("weight")
+    if weight is None or weight is False:
+        return None
+    if spec["op"] == "conv2d":
+        weight = pack_conv2d_weight(np.ascontiguousarray(weight.transpose(3, 0, 1, 2)))
+    else:
+        weight = np.ascontiguousarray(weight.reshape(-1)).astype(np.int8)
+    values = {}
+    for name in ("bias", "multiplier", "left_shift", "right_shift"):
+        v = arg(name)
+        if v is False:
+            return None
+        if v is None:
+            v = spec.get(f"{name}_value") or 0
+        values[name] = np.broadcast_to(np.asarray(v, dtype=np.int64), (cout,))
+    shift = values["left_shift"] - values["right_shift"]
+    if (np.any((values["left_shift"] > 0) & (values["right_shift"] > 0))
+            or np.any(values["multiplier"] < 0) or np.any(values["multiplier"] >= 1 << 31)
+            or np.any(shift < -31) or np.any(shift > 30)):
+        return None
+    out = [weight, values["bias"].astype(np.int32), values["multiplier"].astype(np.int32),
+           shift.astype(np.int32)]
+    params = kernel_params(layer, "rip")[1:5]
+    if any(t.size != p.elements or str(t.dtype) != p.dtype for t, p in zip(out, params)):
+        return None
+    return out
+
+
+# ------------------------------------------------------------------ the pass
+@tvm.transform.module_pass(opt_level=0, name="serenity.RiPLowering")
+class RiPLowering:
+    """Lower every int8 convolution call that is its input's last consumer to a RiP in-place
+    kernel call (see the module docstring for exactly what changes and what does not).
+    ``enabled=False``: does nothing (how the pipeline includes it unless
+    ``serenity_pipeline(rip=True)``)."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+        self.lowered: list[str] = []
+        self.skipped: dict[str, str] = {}
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        self.lowered, self.skipped = [], {}
+        if not self.enabled:
+            return mod
+        specs = _module_specs(mod)
+        if not specs:
+            return mod
+        bb = relax.BlockBuilder(mod)
+        updates = {}
+        for gvar, func in relax_functions(mod):
+            blocks = [self._lower_block(bb, func, i, specs, gvar.name_hint)
+                      for i in range(len(func.body.blocks))]
+            if any(new is not old for new, old in zip(blocks, func.body.blocks)):
+                updates[gvar] = with_blocks(func, blocks)
+        if not updates:
+            return mod
+        for gvar, func in updates.items():
+            bb.update_func(gvar, func)
+        return relax.transform.DeadCodeElimination()(bb.get())
+
+    def _kernel_call(self, value, specs):
+        """(spec, kernel name, the kernel's arguments) if ``value`` calls a known kernel."""
+        if is_op(value, "relax.call_tir") and isinstance(value.args[0], tvm.ir.GlobalVar) \
+                and isinstance(value.args[1], relax.Tuple):
+            gvar, args = value.args[0], list(value.args[1].fields)
+            if len(value.args) > 2:         # call_tir with symbolic (tir_vars) arguments
+                return None
+        elif isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.GlobalVar):
+            gvar, args = value.op, list(value.args)
+        else:
+            return None
+        spec = specs.get(gvar.name_hint)
+        if spec is None or len(args) != spec["params"]:
+            return None
+        return spec, gvar.name_hint, args
+
+    def _lower_block(self, bb, func, index, specs, fname):
+        block = func.body.blocks[index]
+        if not isinstance(block, relax.DataflowBlock):
+            return block
+        after = set(vars_used_after(func, index))
+        params = set(func.params)
+        bindings = list(block.bindings)
+        new_bindings = []
+        changed = False
+        for pos, b in enumerate(bindings):
+            found = self._kernel_call(b.value, specs) \
+                if isinstance(b, relax.VarBinding) else None
+            if found is None:
+                new_bindings.append(b)
+                continue
+            spec, kname, args = found
+            where = f"{fname}:{b.var.name}"
+            x = args[0]
+            reason = None
+            if not isinstance(x, relax.Var) or x in params:
+                reason = "input is a function parameter"
+            elif any(x in relax.analysis.free_vars(later.value) for later in bindings[pos + 1:]):
+                reason = "input is read by a later binding"
+            elif x in after:
+                reason = "input is needed after the block (e.g. a function output)"
+            lowered = None if reason else self._lower(bb, spec, kname, args, b)
+            if lowered is None:
+                self.skipped[where] = reason or "kernel not expressible in the RiP ABI"
+                new_bindings.append(b)
+                continue
+            new_bindings.extend(lowered)
+            self.lowered.append(where)
+            changed = True
+        return relax.DataflowBlock(new_bindings) if changed else block
+
+    def _lower(self, bb, spec, kname, args, binding):
+        try:
+            layer = _layer_spec(spec)
+        except CodegenError:
+            return None
+        out_ty = binding.var.ty
+        g = layer.geometry
+        if not (isinstance(out_ty, relax.TensorType) and out_ty.dtype == "int8"
+                and [int(d) for d in out_ty.shape.values] == [1, g.out_height, g.out_width,
+                                                              g.out_channels]):
+            return None
+        tables = _tables(spec, layer, args)
+        if tables is None:
+            return None
+        size = layer.rip_workspace_bytes
+        in_shape = [int(d) for d in args[0].ty.shape.values]
+        out_shape = [int(d) for d in out_ty.shape.values]
+        kernel = make_prim_func(layer, "rip", f"{kname}_rip").without_attr("global_symbol")
+        k_gv = bb.add_func(kernel, f"{kname}_rip")
+        place_gv = bb.add_func(_place_func(in_shape, size), f"{kname}_rip_place")
+        take_gv = bb.add_func(_take_func(size, out_shape), f"{kname}_rip_take")
+        ws_ty = relax.TensorType((size,), "int8")
+        scratch_ty = relax.TensorType((max(layer.scratch_elements, 1),), "int32")
+        name = binding.var.name
+        ws = relax.DataflowVar(f"{name}_ws", ws_ty)
+        res = relax.DataflowVar(f"{name}_rip_out", relax.TupleType([ws_ty, scratch_ty]))
+        done = relax.DataflowVar(f"{name}_rip", ws_ty)
+        consts = [relax.const(t) for t in tables]
+        return [
+            relax.VarBinding(ws, relax.op.call_tir(place_gv, relax.Tuple([args[0]]), ws_ty)),
+            relax.VarBinding(res, relax.op.call_tir_inplace(
+                k_gv, relax.Tuple([ws, *consts]), [0, -1], [ws_ty, scratch_ty])),
+            relax.VarBinding(done, relax.TupleGetItem(res, 0)),
+            relax.VarBinding(binding.var, relax.op.call_tir(take_gv, relax.Tuple([done]),
+                                                            out_ty)),
+        ]
+
+
+BEFORE_LEGALIZE.append(lambda rip=False, **_: RiPAnnotate(enabled=rip))
+AFTER_SCHEDULE.append(lambda rip=False, **_: RiPLowering(enabled=rip))
