@@ -7,6 +7,7 @@ checked against the enumeration first).
 
 import json
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -313,3 +314,20 @@ def test_hand_checked_diamond():
         result = schedule(graph, method)
         assert (result.order, result.peak_bytes, result.optimal) == (["a", "c", "b", "d"], 65,
                                                                       True), method
+
+
+def test_cli_ctrl_c_returns_the_best_order_found(tmp_path):
+    """The first Ctrl-C stops the search like its deadline: best order, optimal false, gap."""
+    path = tmp_path / "wide.json"
+    wide_graph().save(path)
+    proc = subprocess.Popen([sys.executable, "-m", "tvm_serenity.cli", "schedule", str(path),
+                             "--method", "serenity", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(8)                       # start-up, then well inside the (unbounded) search
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    out = json.loads(stdout)
+    assert out["optimal"] is False and 0 < out["gap"] < 1
+    assert out["peak_bytes"] == simulate(wide_graph(), out["order"]).peak_bytes

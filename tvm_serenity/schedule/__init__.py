@@ -13,6 +13,7 @@ from typing import Callable
 from ..graph import Graph, GraphError
 from . import baselines
 from .result import ScheduleResult, make_result
+from .stop import interruptible
 
 __all__ = ["ScheduleResult", "make_result", "METHODS", "register_method", "schedule",
            "baselines"]
@@ -59,7 +60,9 @@ def schedule(graph: Graph, method: str = "stored", *, inplace: bool = True,
     if method not in METHODS:
         raise GraphError(f"unknown scheduling method '{method}' "
                          f"(choose from {', '.join(sorted(METHODS))})")
-    return METHODS[method](graph, inplace=inplace, time_limit=time_limit, seed=seed, **options)
+    with interruptible():     # Ctrl-C: stop searching, keep the best order found
+        return METHODS[method](graph, inplace=inplace, time_limit=time_limit, seed=seed,
+                               **options)
 
 
 # Exact searches (docs/serenity.md): registered after the baselines they start from.

@@ -40,6 +40,7 @@ from typing import Callable
 from ..graph import Graph
 from .dp import EXHAUSTED, SOLVED, TIMEOUT, SearchOutcome, SearchSpace, level_dp, \
     run_whole_graph
+from .stop import past
 
 __all__ = ["BudgetStep", "soft_budgeting", "budget_method", "step_timeout_for",
            "DEFAULT_STEP_TIMEOUT"]
@@ -88,7 +89,7 @@ def soft_budgeting(space: SearchSpace, tau_max: int, step_timeout: float = DEFAU
             trajectory.append(BudgetStep(tau, flag, 0.0, step_timeout, True))
         else:
             now = time.perf_counter()
-            if deadline is not None and now >= deadline:
+            if past(deadline):
                 break
             run_deadline = now + step_timeout if deadline is None \
                 else min(now + step_timeout, deadline)

@@ -69,6 +69,7 @@ from ..graph import Graph
 from ..memory import MemoryModel, Step, bits, lower_bound_bytes, node_bounds, simulate
 from . import baselines
 from .result import ScheduleResult, make_result
+from .stop import past
 
 __all__ = ["SearchSpace", "SearchOutcome", "SOLVED", "EXHAUSTED", "TIMEOUT", "level_dp",
            "best_first", "feasible", "descent", "greedy_order", "heuristic_orders",
@@ -221,8 +222,7 @@ def level_dp(space: SearchSpace, limit: int | None = None, deadline: float | Non
             next_state: dict[int, tuple[int, int]] = {}     # set -> (live bytes, ready set)
             remaining = len(level)
             for done, (f, live, ready) in level.items():
-                if expanded % _CLOCK_EVERY == 0 and deadline is not None \
-                        and time.perf_counter() > deadline:
+                if expanded % _CLOCK_EVERY == 0 and past(deadline):
                     pending = [e[0] for e in list(level.values())[len(level) - remaining:]]
                     pending += list(next_f.values())
                     if threshold is not None:
@@ -279,7 +279,7 @@ def best_first(space: SearchSpace, limit: int | None = None, deadline: float | N
                 return SearchOutcome(SOLVED, _trace(came, space.start, goal), f, f, expanded,
                                      time.perf_counter() - t0)
             if expanded % _CLOCK_EVERY == 0:
-                if deadline is not None and time.perf_counter() > deadline:
+                if past(deadline):
                     return SearchOutcome(TIMEOUT, None, None, f, expanded,
                                          time.perf_counter() - t0)
                 bar.update(_CLOCK_EVERY if expanded else 0)
@@ -328,7 +328,7 @@ def feasible(space: SearchSpace, tau: int, deadline: float | None = None,
             return SearchOutcome(SOLVED, _trace(came, space.start, done), f, 0, expanded,
                                  time.perf_counter() - t0)
         if expanded % _CLOCK_EVERY == 0:
-            if deadline is not None and time.perf_counter() > deadline:
+            if past(deadline):
                 return SearchOutcome(TIMEOUT, None, None, 0, expanded, time.perf_counter() - t0)
             if bar is not None and expanded:
                 bar.update(_CLOCK_EVERY)
