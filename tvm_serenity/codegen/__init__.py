@@ -17,10 +17,11 @@ bit-exact with TFLite's int8 reference kernels (``frontend.reference``).
 from .kernels import build_llvm, default_kernel_name, make_prim_func
 from .plain_c import PIPELINE, c_prototype, emit_c_kernel, pointer_params
 from .spec import (LAYOUTS, OPS, AddRescale, CodegenError, KernelParam, LayerSpec,
-                   kernel_params)
+                   kernel_params, pack_conv2d_weight)
 
 __all__ = [
     "LAYOUTS", "OPS", "AddRescale", "CodegenError", "KernelParam", "LayerSpec", "kernel_params",
+    "pack_conv2d_weight",
     "build_llvm", "default_kernel_name", "make_prim_func",
     "PIPELINE", "c_prototype", "emit_c_kernel", "pointer_params",
 ]

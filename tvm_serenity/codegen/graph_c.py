@@ -6,9 +6,10 @@ What ``model.c`` holds (the :mod:`tvm_serenity.micro` contract):
 * ``static uint8_t arena[MODEL_ARENA_BYTES]``: the one activation arena, exactly the plan's
   ``arena_bytes``; every activation tensor (the graph input and output included) lives at the
   plan's offset in it. ``model_run`` never relies on its initial contents.
-* ``static int16_t scratch16[]`` / ``static int32_t scratch32[]``: the kernels' per-pixel gather
-  buffers, sized for the largest layer and shared by all of them (outside the arena, as in
-  docs/rip.md; reported separately as :attr:`EmittedModel.scratch_bytes`).
+* ``static int32_t scratch32[]`` (and ``static int16_t scratch16[]`` when there is a
+  FULLY_CONNECTED): the kernels' gather buffers, sized for the largest layer and shared by all
+  of them (outside the arena, as in docs/rip.md; reported separately as
+  :attr:`EmittedModel.scratch_bytes`).
 * weights, biases and per-channel requantization multipliers/shifts as ``static const``
   arrays (flash on a microcontroller);
 * the kernels: convolutions, depthwise convolutions, pooling and same-shape ADD are the TIR
@@ -41,8 +42,9 @@ compared at that level.
 The C needs only ``<stdint.h>`` and ``<string.h>`` (``memcpy``/``memmove``/``memset``), builds
 for the host and Arm alike, and with ``opt_level`` set (default ``"O2"``) asks GCC to optimise
 the model at that level whatever the build's flags (``#pragma GCC optimize``, ignored by other
-compilers): the firmware harness builds at ``-Os``, which costs 16% more Cortex-M0+ cycles
-on vww (233.0 M vs 200.3 M in rp2040js; ``-O3`` gains another 0.6% for 120 B more stack).
+compilers): the firmware harness builds at ``-Os``, which costs 27% more Cortex-M0+ cycles
+on vww (157.4 M vs 123.9 M in rp2040js, RiP build; ``-O3`` costs 1.7% more than ``-O2`` and
+244 B more stack).
 """
 
 from __future__ import annotations
@@ -63,10 +65,10 @@ from ..frontend.reference import (activation_range, add_params, conv_params,
 from ..frontend.tflite_model import (Operator, Tensor, TFLiteModel, UnsupportedOperatorError)
 from ..frontend.to_graph import foldable_pads
 from .kernels import default_kernel_name
-from .ops import (C_HELPERS, OpKernel, c_array, concatenation_kernel, fully_connected_kernel,
+from .ops import (OpKernel, c_array, c_helpers, concatenation_kernel, fully_connected_kernel,
                   mean_kernel, pad_kernel, requantize_kernel, transpose_kernel)
 from .plain_c import emit_c_kernel
-from .spec import AddRescale, CodegenError, LayerSpec
+from .spec import AddRescale, CodegenError, LayerSpec, pack_conv2d_weight
 
 __all__ = ["SUPPORTED_OPS", "IntegerCore", "Step", "EmittedModel", "integer_core",
            "emit_model"]
@@ -263,7 +265,7 @@ class _Emitter:
             self.tir_names[key] = name
             source = emit_c_kernel(spec, layout, name)
             self.definitions.append(source.removeprefix("#include <stdint.h>\n\n"))
-            self.scratch16 = max(self.scratch16, spec.window_elements)
+            self.scratch32 = max(self.scratch32, spec.scratch_elements)
         return self.tir_names[key]
 
     def op_kernel(self, kernel: OpKernel) -> str:
@@ -357,7 +359,8 @@ class _Emitter:
                 spec = LayerSpec.depthwise_conv2d(in_hwc, dilation=tuple(a["dilation"]),
                                                   **geometry, **quant)
             c = _c_name(node.name)
-            weights = [self.const(f"{c}_weight", "int8", w),
+            weights = [self.const(f"{c}_weight", "int32", pack_conv2d_weight(w))
+                       if op.op == "CONV_2D" else self.const(f"{c}_weight", "int8", w),
                        self.const(f"{c}_bias", "int32", self.bias(op, out.shape[3])),
                        self.const(f"{c}_multiplier", "int32", rq.multiplier),
                        self.const(f"{c}_shift", "int32", rq.shift)]
@@ -371,7 +374,7 @@ class _Emitter:
         layout = "rip" if in_place else "dual"
         kernel = self.tir_kernel(spec, layout)
         buffers = [self.output(node)] if in_place else [x_ptr, self.output(node)]
-        return kernel, layout, _call(kernel, buffers + weights + ["scratch16"])
+        return kernel, layout, _call(kernel, buffers + weights + ["scratch32"])
 
     def add(self, node, op, in_place):
         """Same-shape int8 ADD: the TIR kernel; in place, input 1 is overwritten."""
@@ -556,7 +559,7 @@ def emit_model(core: IntegerCore, graph: Graph, plan: ArenaPlan, *, opt_level: s
         '#include "model.h"', "",
         "static uint8_t arena[MODEL_ARENA_BYTES];",
         "#define ARENA(offset) ((int8_t *)(arena + (offset)))", *scratch_decls, "",
-        C_HELPERS, *emitter.consts, *emitter.definitions, *run, *pragma_off, ""])
+        c_helpers(), *emitter.consts, *emitter.definitions, *run, *pragma_off, ""])
     scratch_bytes = 2 * emitter.scratch16 + 4 * emitter.scratch32
     guard = "SERENITY_MODEL_H"
     stripped = (f" * Stripped at the edges: {', '.join(core.stripped)} (float32 <-> int8); "

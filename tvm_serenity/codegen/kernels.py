@@ -11,24 +11,50 @@ is a parameter and changes only what those two buffers are:
   alias analysis honest: input and output really overlap.
 
 The loops are identical in both layouts, only base addresses differ, so RiP costs nothing at
-run time.  Structure of the window kernels (conv2d, depthwise, pools), TinyEngine's::
+run time.  The kernels are shaped for the Cortex-M0+ (Pico) and GCC: no 64-bit arithmetic, no
+division or data-dependent branch in the arithmetic, 32-bit loads with immediate offsets, and
+inner loops whose live values (nearly) fit the eight low registers.  The multiply-accumulate
+loops are not unrolled: on Thumb-1, GCC's scheduler spills the accumulators of an unrolled
+body (measured in rp2040js: unrolling the conv2d dot loop twice costs 10% more cycles); the
+gather and copy loops are, ``COPY_UNROLL`` times.  ``spec.py`` states the ABI and the RiP
+safety argument of each structure.
 
-    for oh, ow in row-major order:                     # output pixel q = oh*W_out + ow
-        gather: for each tap (kh, kw), all C_in channels
-            scratch[(kh*KW + kw)*C_in + c] = input[(ih*W_in + iw)*C_in + c] - input_zero_point
-            (the padding value when (ih, iw) lies outside the input)
-        compute: per output channel a dot product / max / sum over scratch, requantize
-        write output[q*C_out + co]
+**conv2d** (any window; pointwise is the 1x1 case), per output pixel ``q``::
 
-Every read of ``input`` for pixel ``q`` happens in its gather, before its first write: exactly
-the order that docs/rip.md's safety condition (and ``rip.simulate_rip``) assumes.  The scratch
-holds ``x - input_zero_point`` as int16 (TinyEngine's q15 buffer), so padding taps are 0 and the
-innermost loop is a bare multiply-accumulate ``acc += w * scratch`` with no offset, division or
-modulo.  Bounds checks are per window row (``ih``) and per tap (``iw``), and are left out
-entirely along an axis whose windows never leave the input (unpadded and pointwise layers).
+    gather   scratch[k] = input[...] - input_zero_point    (int32; k over KH*KW*C_in, 0 for a
+             padding tap; a window row that cannot reach the padding is one contiguous run)
+    for each group b of four output channels:
+        a0..a3 = 0; for k: w = weight[b*K + k]  (four packed int8 weights), x = scratch[k],
+                           a_j += (int8)(w >> 8j) * x
+        acc[4b + j] = a_j                            (int32, in scratch after the window)
+    output[q*C_out + co] = clamp(MBQM(acc[co] + bias[co], multiplier[co], shift[co]) + zp_out)
 
-Requantization is TFLite's ``MultiplyByQuantizedMultiplier`` with double rounding, written with
-operations that are well defined in C (:func:`_emit_multiply_by_quantized_multiplier`).
+One ``x`` load feeds four multiply-accumulates and one 32-bit load brings four weights
+(register blocking over output channels).  Requantizing in a separate loop keeps the
+requantization's temporaries out of the dot loop's registers.  Every write of pixel ``q``
+comes after its whole gather.
+
+**depthwise_conv2d, max_pool2d, avg_pool2d** (channel-wise), per output row ``oh``::
+
+    for each channel c:
+        rows[col*KH + kh] = input[ih, col - pad_left, c] + offset   (int32; ih = oh*s_h - pad_top
+             + kh*d_h; the padding value for rows and columns outside the input)
+        depthwise: wts[kw*KH + kh] = weight[kh, kw, c]
+        for ow, ROW_BLOCK at a time: fold taps (kw, kh) of rows[(ow*s_w + kw*d_w)*KH + kh]
+             -> rowbuf[ow*C + c]            (the adjacent outputs share each weight load)
+    output row oh = rowbuf                 (after all channels: the row's only writes)
+
+The column-major row buffer makes a window column ``KH`` consecutive words (without dilation
+the whole window is ``KW*KH`` consecutive words, folded by one flat loop with the weights in
+the same order), and padding is materialized (depthwise and average pooling pad with 0, i.e.
+``x - zp`` of the zero point, max pooling with -128), so the window loops have no bounds
+checks.  Gathering a channel's rows costs ``KH*W_in`` loads per ``W_out*KH*KW``
+multiply-accumulates.
+
+Requantization is TFLite's ``MultiplyByQuantizedMultiplier`` with double rounding
+(:func:`requantize`), 32-bit only: its 64-bit product is assembled from 16-bit halves.  The
+same expression is emitted inline in every kernel and, through :func:`requantize_prim_func`,
+as the C helper ``serenity_mbqm`` that the graph emitter's hand-written operators call.
 """
 
 from __future__ import annotations
@@ -40,14 +66,18 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from .spec import CodegenError, LayerSpec, kernel_params
+from .spec import PACK, CodegenError, LayerSpec, kernel_params
+
+COPY_UNROLL = 4     # copies of a gather / row-copy body per loop iteration
+ROW_BLOCK = 3       # adjacent outputs one channel-wise window pass computes (sharing weights)
+REQUANTIZE_SYMBOL = "serenity_mbqm"
 
 
 # ------------------------------------------------------------------ IRBuilder conveniences
 @contextmanager
-def _loop(name: str, extent: int):
-    """``for (int32_t name = 0; name < extent; ++name)``; yields the loop variable."""
-    with T.serial(0, extent) as var:
+def _loop(name: str, extent, start=0):
+    """``for (int32_t name = start; name < extent; ++name)``; yields the loop variable."""
+    with T.serial(start, extent) as var:
         IRBuilder.name(name, var)
         yield var
 
@@ -61,6 +91,13 @@ def _store(buffer, index, value):
     T.buffer_store(buffer, value, [index])
 
 
+def _local(name: str, elements: int = 1):
+    """A small int32 array the C compiler keeps in registers (``int32_t name[n]``)."""
+    buffer = T.alloc_buffer((elements,), "int32")
+    IRBuilder.name(name, buffer)
+    return buffer
+
+
 def _if_else(condition, then_body, else_body):
     with T.If(condition):
         with T.Then():
@@ -69,15 +106,12 @@ def _if_else(condition, then_body, else_body):
             else_body()
 
 
-def _select(condition, if_true, if_false):
-    """``condition ? if_true : if_false``, decided now when ``condition`` is a Python bool."""
-    if isinstance(condition, bool):
-        return if_true if condition else if_false
-    return tirx.Select(condition, if_true, if_false)
-
-
 def _cast(dtype: str, value):
     return tirx.Cast(dtype, value)
+
+
+def _u32(value):
+    return _cast("uint32", value)
 
 
 def _min(a, b):
@@ -92,191 +126,322 @@ def _max(a, b):
     return tirx.Select(a > b, a, b)
 
 
-UNROLL = 4
-
-
-def _emit_reduce(acc, count: int, update):
-    """``for t < count: acc[0] = update(acc[0], t)`` with the loop body unrolled ``UNROLL``
-    times and the remainder straight-line: the innermost loop of every window kernel, so on a
-    Cortex-M0+ (no hardware loops, 2-cycle taken branches) the loop overhead is amortized."""
-    blocks, rest = divmod(count, UNROLL)
-    if blocks:
-        with _loop("t", blocks) as block:
-            for u in range(UNROLL):
-                _store(acc, 0, update(acc[0], block * UNROLL + u))
+def _unrolled(name: str, count: int, copies: int, body):
+    """``for t < count: body(t)`` with ``copies`` bodies per iteration and the remainder
+    straight-line (a single block is straight-line too)."""
+    blocks, rest = divmod(count, copies)
+    if blocks == 1:
+        for u in range(copies):
+            body(u)
+    elif blocks:
+        with _loop(name, blocks) as block:
+            for u in range(copies):
+                body(block * copies + u)
     for t in range(count - rest, count):
-        _store(acc, 0, update(acc[0], t))
+        body(t)
 
 
 # ------------------------------------------------------------------ requantization
-def _emit_multiply_by_quantized_multiplier(result, x, multiplier, shift):
-    """``result[0] = MultiplyByQuantizedMultiplier(x, multiplier, shift)``: TFLite's int32
-    rescale with double rounding, from operations that are well defined in C.
+def requantize(x, multiplier, shift):
+    """``MultiplyByQuantizedMultiplier(x, multiplier, shift)`` (TFLite, double rounding) in
+    32-bit operations that are well defined in C; binds its temporaries as locals in the
+    current frame and returns the result.  ``multiplier``/``shift`` are int32 expressions or
+    Python ints (folded).  Preconditions: ``0 <= multiplier < 2^31`` (``QuantizeMultiplier``),
+    ``-31 <= shift <= 30``.
 
-    ``multiplier``/``shift`` are int32 loads (per channel) or Python ints (folded).
+    * ``x << max(shift, 0)`` is done on uint32, so it wraps like TFLite's ``x * (1 << s)``.
+    * ``SaturatingRoundingDoublingHighMul(a, m) = floor((a*m + 2^30) / 2^31)`` (gemmlowp's
+      negative nudge followed by a truncating division gives the same floor; its saturating
+      case needs ``m = INT32_MIN``).  With ``a = ah*2^16 + al``, ``m = mh*2^16 + ml``
+      (``al, ml`` in ``[0, 2^16)``, ``ah`` signed, ``mh`` in ``[0, 2^15)``)::
 
-    * ``x << max(shift, 0)`` is done on uint32, so it wraps like TFLite's ``x * (1 << s)``
-      instead of being undefined for negative ``x``.
-    * ``SaturatingRoundingDoublingHighMul(a, b)`` is ``(a*b + 2^30) >> 31`` on int64 with an
-      arithmetic shift: for ``a*b < 0`` gemmlowp's nudge ``1 - 2^30`` followed by a division
-      truncating toward zero gives the same floor, so no 64-bit division is needed (a slow
-      libgcc call on Cortex-M0+).  Its saturating case ``a == b == INT32_MIN`` cannot occur:
-      multipliers lie in ``[0, 2^31)`` (``QuantizeMultiplier``), a precondition of the kernels.
-    * ``RoundingDivideByPOT(v, e)`` with ``mask = 2^e - 1`` formed on uint32 (``e <= 31``).
+          a*m + 2^30 = H*2^32 + u*2^16 + (ll mod 2^16)   with
+          ll = al*ml                        in [0, 2^32)   (uint32)
+          t  = ah*ml + (ll >> 16)           in [-2^31 + 2^15, 2^31 - 2^15)
+          u  = al*mh + (t mod 2^16) + 2^14  in [2^14, 2^31 - 2^14]
+          H  = ah*mh + (t >> 16)            in [-2^30, 2^30)
+
+      so the result is ``2*H + (u >> 15)``: four 32-bit multiplies and no 64-bit product
+      (which costs a libgcc ``__aeabi_lmul`` call on a Cortex-M0+); by the ranges above no
+      signed operation overflows and the one unsigned product cannot wrap.
+    * ``RoundingDivideByPOT(v, e)`` with ``mask = 2^e - 1`` formed on uint32 (``e <= 31``);
+      its comparison ``(v & mask) > (mask >> 1) + (v < 0)`` is read off the sign bit of the
+      difference of the two sides (both lie in ``[0, 2^31)``).  The whole computation is
+      branch-free: on a Cortex-M0+ each data-dependent branch costs a pipeline refill.
     """
-    left = _let("left", _select(shift > 0, shift, 0))
-    right = _let("right", _select(shift > 0, 0, -shift))
-    shifted = _let("shifted", _cast("int32", _cast("uint32", x) << _cast("uint32", left)))
-    product = _let("product", _cast("int64", shifted) * _cast("int64", multiplier), "int64")
-    high = _let("high", _cast("int32", (product + tirx.const(1 << 30, "int64"))
-                              >> tirx.const(31, "int64")))
-    mask = _let("mask", _cast("int32", (tirx.const(1, "uint32") << _cast("uint32", right))
+    if isinstance(multiplier, int):
+        multiplier = tirx.const(multiplier, "int32")
+    if isinstance(shift, int):
+        left, right = max(shift, 0), max(-shift, 0)
+    else:
+        left = _let("left", shift & tirx.bitwise_not(shift >> 31))      # max(shift, 0)
+        right = _let("right", left - shift)
+    shifted = _let("shifted", _cast("int32", _u32(x) << _u32(left)))
+    x_low = _let("x_low", _u32(shifted) & tirx.const(0xFFFF, "uint32"), "uint32")
+    x_high = _let("x_high", shifted >> 16)
+    m_low = _let("m_low", _u32(multiplier) & tirx.const(0xFFFF, "uint32"), "uint32")
+    m_high = _let("m_high", _cast("int32", multiplier) >> 16)
+    low = _let("low", x_low * m_low, "uint32")
+    t = _let("t", x_high * _cast("int32", m_low)
+             + _cast("int32", low >> tirx.const(16, "uint32")))
+    u = _let("u", _cast("int32", x_low * _u32(m_high)) + (t & 0xFFFF) + (1 << 14))
+    high = _let("high", (x_high * m_high + (t >> 16)) * 2 + (u >> 15))
+    mask = _let("mask", _cast("int32", (tirx.const(1, "uint32") << _u32(right))
                               - tirx.const(1, "uint32")))
-    round_up = (high & mask) > (mask >> 1) + tirx.Select(high < 0, 1, 0)
-    _store(result, 0, (high >> right) + tirx.Select(round_up, 1, 0))
+    # round up iff (high & mask) > (mask >> 1) + (high < 0): the sign of the difference
+    threshold = (mask >> 1) - (high >> 31)
+    round_up = _cast("int32", _u32(threshold - (high & mask)) >> tirx.const(31, "uint32"))
+    return (high >> right) + round_up
 
 
-def _emit_store_clamped(output, index, value, low: int, high: int):
+def requantize_prim_func(name: str = REQUANTIZE_SYMBOL) -> tirx.PrimFunc:
+    """``int32 name(int32 x, int32 multiplier, int32 shift)`` returning :func:`requantize`:
+    the C helper of the hand-written operators (``plain_c.requantize_c_function``)."""
+    with IRBuilder() as builder:
+        with T.prim_func():
+            T.func_name(name)
+            x = T.arg("x", tirx.Var("x", "int32"))
+            multiplier = T.arg("multiplier", tirx.Var("multiplier", "int32"))
+            shift = T.arg("shift", tirx.Var("shift", "int32"))
+            T.func_ret(tvm.ir.PrimType("int32"))
+            T.Return(requantize(x, multiplier, shift))
+    return builder.get().with_attr("global_symbol", name)
+
+
+def _store_clamped(output, index, value, low: int, high: int):
     """``output[index] = (int8) min(max(value, low), high)``."""
     v = _let("v", value)
-    _store(output, index, _cast("int8", tirx.Select(v < low, low, tirx.Select(v > high, high, v))))
+    _store(output, index, _cast("int8", tirx.Select(v < low, low,
+                                                    tirx.Select(v > high, high, v))))
 
 
-# ------------------------------------------------------------------ kernel bodies
-def _emit_window_kernel(spec: LayerSpec, x, y, buffers: dict):
-    """conv2d / depthwise_conv2d / max_pool2d / avg_pool2d over flat ``x`` and ``y``."""
+def _copy_row(y, dst, rowbuf, count: int):
+    """``y[dst + i] = rowbuf[i]`` for ``i < count`` (int8)."""
+    _unrolled("i", count, COPY_UNROLL, lambda i: _store(y, dst + i, rowbuf[i]))
+
+
+# ------------------------------------------------------------------ conv2d
+def _emit_conv_kernel(spec: LayerSpec, x, y, buffers: dict):
+    """conv2d over flat ``x`` and ``y`` (module docstring)."""
     g = spec.geometry
-    op = spec.op
-    in_h, in_w, ch = g.in_hwc
-    out_w, out_ch = g.out_width, g.out_channels
+    in_h, in_w, cin = g.in_hwc
+    out_w, cout = g.out_width, g.out_channels
     kh_n, kw_n = g.kernel
     (sh, sw), (dh, dw) = g.stride, g.dilation
     pad_top, pad_left = g.padding[0], g.padding[2]
-    taps, window = kh_n * kw_n, spec.window_elements
-    scratch = buffers["scratch"]
-    weighted = op in ("conv2d", "depthwise_conv2d")
-    # scratch holds x + offset; padding taps hold `pad`, which adds nothing to any result
-    offset = tirx.const(-spec.input_zero_point if weighted else 0, "int16")
-    pad = tirx.const(-128 if op == "max_pool2d" else 0, "int16")
+    window, blocks = spec.window_elements, spec.channel_blocks
+    scratch, weight = buffers["scratch"], buffers["weight"]
+    zero_point = spec.input_zero_point
+    row_len = kw_n * cin
 
-    acc = T.alloc_buffer((1,), "int32")
-    IRBuilder.name("acc", acc)
+    def copy(dst, src, count):
+        """scratch[dst + i] = input[src + i] - zp for i < count (one contiguous run)."""
+        _unrolled("c", count, COPY_UNROLL, lambda i: _store(
+            scratch, dst + i, _cast("int32", x[src + i]) - zero_point))
 
-    def fill_tap(tap):
-        with _loop("c", ch) as c:
-            _store(scratch, tap * ch + c, pad)
+    def zero(dst, count):
+        _unrolled("z", count, COPY_UNROLL, lambda i: _store(scratch, dst + i, 0))
 
-    def copy_tap(tap, pixel):
-        with _loop("c", ch) as c:
-            _store(scratch, tap * ch + c, _cast("int16", x[pixel * ch + c]) + offset)
-
-    def gather_row(kh, ih, ow):
+    def gather_row(dst, ih, ow):
+        iw0 = _let("iw0", ow * sw - pad_left)
+        src = (ih * in_w + iw0) * cin
+        if dw == 1 and not spec.pads_width:        # the window row: one contiguous run
+            copy(dst, src, row_len)
+            return
         with _loop("kw", kw_n) as kw:
-            iw = _let("iw", ow * sw - pad_left + kw * dw)
-            tap, pixel = kh * kw_n + kw, ih * in_w + iw
+            tap_dst, tap_src = dst + kw * cin, src + kw * dw * cin
             if spec.pads_width:
-                _if_else(tirx.all(iw >= 0, iw < in_w), lambda: copy_tap(tap, pixel),
-                         lambda: fill_tap(tap))
+                iw = _let("iw", iw0 + kw * dw)
+                _if_else(tirx.all(iw >= 0, iw < in_w), lambda: copy(tap_dst, tap_src, cin),
+                         lambda: zero(tap_dst, cin))
             else:
-                copy_tap(tap, pixel)
-
-    def fill_row(kh):
-        with _loop("kw", kw_n) as kw:
-            fill_tap(kh * kw_n + kw)
+                copy(tap_dst, tap_src, cin)
 
     def gather(oh, ow):
         with _loop("kh", kh_n) as kh:
             ih = _let("ih", oh * sh - pad_top + kh * dh)
+            dst = kh * row_len
             if spec.pads_height:
-                _if_else(tirx.all(ih >= 0, ih < in_h), lambda: gather_row(kh, ih, ow),
-                         lambda: fill_row(kh))
+                _if_else(tirx.all(ih >= 0, ih < in_h), lambda: gather_row(dst, ih, ow),
+                         lambda: zero(dst, row_len))
             else:
-                gather_row(kh, ih, ow)
+                gather_row(dst, ih, ow)
 
-    def requantize_store(index, channel):
-        _emit_multiply_by_quantized_multiplier(acc, acc[0], buffers["multiplier"][channel],
-                                               buffers["shift"][channel])
-        _emit_store_clamped(y, index, acc[0] + spec.output_zero_point, spec.act_min,
-                            spec.act_max)
+    acc = _local("acc", PACK)
 
-    def conv(q):
-        weight, bias = buffers["weight"], buffers["bias"]
-        with _loop("co", out_ch) as co:
-            _store(acc, 0, bias[co])
-            row = _let("row", co * window)
-            _emit_reduce(acc, window, lambda a, t: a + _cast("int32", weight[row + t])
-                         * _cast("int32", scratch[t]))
-            requantize_store(q * out_ch + co, co)
+    def dot(block):
+        for j in range(PACK):
+            _store(acc, j, 0)
+        base = _let("base", block * window)
+        with _loop("k", window) as k:
+            w = _let("w", weight[base + k])
+            xv = _let("xv", scratch[k])
+            for j in range(PACK):
+                _store(acc, j, acc[j] + _cast("int32", _cast("int8", w >> (8 * j))) * xv)
+        for j in range(PACK):
+            _store(scratch, window + block * PACK + j, acc[j])
 
-    def depthwise(q):
-        weight, bias = buffers["weight"], buffers["bias"]
-        with _loop("c", ch) as c:
-            _store(acc, 0, bias[c])
-            _emit_reduce(acc, taps, lambda a, t: a + _cast("int32", weight[t * ch + c])
-                         * _cast("int32", scratch[t * ch + c]))
-            requantize_store(q * ch + c, c)
-
-    def max_pool(q):
-        with _loop("c", ch) as c:
-            _store(acc, 0, -128)
-            _emit_reduce(acc, taps, lambda a, t: _max(_cast("int32", scratch[t * ch + c]), a))
-            _emit_store_clamped(y, q * ch + c, acc[0], spec.act_min, spec.act_max)
-
-    def avg_pool(q, oh, ow):
-        def in_bounds(o, stride, pad_before, k, n):   # TFLite's filter_end - filter_start
-            origin = o * stride - pad_before
-            return _min(origin + k, n) - _max(origin, 0)
-
-        count = _let("count", in_bounds(oh, sh, pad_top, kh_n, in_h)
-                     * in_bounds(ow, sw, pad_left, kw_n, in_w))
-        with _loop("c", ch) as c:
-            _store(acc, 0, 0)
-            _emit_reduce(acc, taps, lambda a, t: a + _cast("int32", scratch[t * ch + c]))
-            s = acc[0]
-            rounded = tirx.truncdiv(tirx.Select(s > 0, s + (count >> 1), s - (count >> 1)),
-                                    count)               # TFLite: C division, half away
-            _emit_store_clamped(y, q * ch + c, rounded, spec.act_min, spec.act_max)
-
+    bias, multiplier, shift = buffers["bias"], buffers["multiplier"], buffers["shift"]
     with _loop("oh", g.out_height) as oh:
         with _loop("ow", out_w) as ow:
             gather(oh, ow)
+            with _loop("b", blocks) as block:
+                dot(block)
             q = _let("q", oh * out_w + ow)
-            if op == "conv2d":
-                conv(q)
-            elif op == "depthwise_conv2d":
-                depthwise(q)
-            elif op == "max_pool2d":
-                max_pool(q)
+            with _loop("co", cout) as co:
+                value = requantize(scratch[window + co] + bias[co], multiplier[co], shift[co])
+                _store_clamped(y, q * cout + co, value + spec.output_zero_point, spec.act_min,
+                               spec.act_max)
+
+
+# ------------------------------------------------------------------ channel-wise ops
+def _view(data, name: str, dtype: str, elements: int, offset: int):
+    buffer = T.decl_buffer((elements,), dtype, data=data, elem_offset=offset)
+    IRBuilder.name(name, buffer)
+    return buffer
+
+
+def _emit_channelwise_kernel(spec: LayerSpec, x, y, buffers: dict):
+    """depthwise_conv2d / max_pool2d / avg_pool2d over flat ``x`` and ``y``, one output row
+    at a time (module docstring)."""
+    g = spec.geometry
+    op = spec.op
+    in_h, in_w, ch = g.in_hwc
+    out_w = g.out_width
+    kh_n, kw_n = g.kernel
+    (sh, sw), (dh, dw) = g.stride, g.dilation
+    pad_top, pad_left = g.padding[0], g.padding[2]
+    cols = spec.padded_width
+    depthwise = op == "depthwise_conv2d"
+    offset = -spec.input_zero_point if depthwise else 0
+    pad = -128 if op == "max_pool2d" else 0
+    scratch = buffers["scratch"]
+    rows_len = cols * kh_n
+    weights_len = kh_n * kw_n if depthwise else 0
+    rows = _view(scratch.data, "rows", "int32", rows_len, 0)
+    wts = _view(scratch.data, "wts", "int32", weights_len, rows_len) if depthwise else None
+    rowbuf = _view(scratch.data, "rowbuf", "int8", out_w * ch, 4 * (rows_len + weights_len))
+
+    def fill_columns(start, stop):
+        if stop > start:
+            with _loop("p", stop * kh_n, start * kh_n) as p:
+                _store(rows, p, pad)
+
+    fill_columns(0, pad_left)                       # padding columns: once per call
+    fill_columns(pad_left + in_w, cols)
+
+    def gather_channel(oh, c):
+        if depthwise:
+            weight = buffers["weight"]
+            with _loop("kw", kw_n) as kw:
+                for kh in range(kh_n):
+                    _store(wts, kw * kh_n + kh,
+                           _cast("int32", weight[(kh * kw_n + kw) * ch + c]))
+        with _loop("kh", kh_n) as kh:
+            ih = _let("ih", oh * sh - pad_top + kh * dh)
+            dst = pad_left * kh_n + kh
+
+            def copy():
+                src = _let("src", ih * in_w * ch + c)
+                _unrolled("w", in_w, COPY_UNROLL, lambda w: _store(
+                    rows, dst + w * kh_n, _cast("int32", x[src + w * ch]) + offset))
+
+            def fill():
+                _unrolled("w", in_w, COPY_UNROLL, lambda w: _store(rows, dst + w * kh_n, pad))
+
+            if spec.pads_height:
+                _if_else(tirx.all(ih >= 0, ih < in_h), copy, fill)
             else:
-                avg_pool(q, oh, ow)
+                copy()
+
+    def fold(acc, outputs: int, first, tap):
+        """Fold window tap ``tap`` (``kw*KH + kh``) of ``outputs`` adjacent outputs, the first
+        one's tap at ``rows[first]``, into ``acc``."""
+        if depthwise:
+            w = _let("w", wts[tap])
+        for i in range(outputs):
+            value = rows[first + i * sw * kh_n]
+            if depthwise:
+                _store(acc, i, acc[i] + value * w)
+            elif op == "max_pool2d":
+                _store(acc, i, _max(value, acc[i]))
+            else:
+                _store(acc, i, acc[i] + value)
+
+    def window(acc, outputs: int, ow):
+        """Fold the windows of ``outputs`` adjacent outputs starting at ``ow`` into ``acc``.
+        Without dilation a window is ``KW*KH`` consecutive words of ``rows``: one flat loop."""
+        base = _let("base", ow * sw * kh_n)
+        if dw == 1:
+            with _loop("t", kh_n * kw_n) as t:
+                fold(acc, outputs, base + t, t)
+            return
+        with _loop("kw", kw_n) as kw:
+            column = _let("column", base + kw * dw * kh_n)
+            for kh in range(kh_n):
+                fold(acc, outputs, column + kh, kw * kh_n + kh)
+
+    def avg_count(oh, ow):
+        def in_bounds(o, stride, pad_before, k, n):      # TFLite's filter_end - filter_start
+            origin = o * stride - pad_before
+            return _min(origin + k, n) - _max(origin, 0)
+
+        return _let("count", in_bounds(oh, sh, pad_top, kh_n, in_h)
+                    * in_bounds(ow, sw, pad_left, kw_n, in_w))
+
+    def outputs(oh, c, ow, count: int, channel_quant):
+        acc = _local("acc", count)
+        for i in range(count):
+            _store(acc, i, channel_quant["init"])
+        window(acc, count, ow)
+        for i in range(count):
+            s = acc[i]
+            if depthwise:
+                value = requantize(s, channel_quant["multiplier"], channel_quant["shift"]) \
+                    + spec.output_zero_point
+            elif op == "avg_pool2d":                    # TFLite: C division, half away
+                n = avg_count(oh, ow + i)
+                value = tirx.truncdiv(tirx.Select(s > 0, s + (n >> 1), s - (n >> 1)), n)
+            else:
+                value = s
+            _store_clamped(rowbuf, (ow + i) * ch + c, value, spec.act_min, spec.act_max)
+
+    with _loop("oh", g.out_height) as oh:
+        with _loop("c", ch) as c:
+            gather_channel(oh, c)
+            if depthwise:
+                quant = {"init": _let("b", buffers["bias"][c]),
+                         "multiplier": _let("m", buffers["multiplier"][c]),
+                         "shift": _let("s", buffers["shift"][c])}
+            else:
+                quant = {"init": -128 if op == "max_pool2d" else 0}
+            groups, rest = divmod(out_w, ROW_BLOCK)
+            if groups:
+                with _loop("group", groups) as group:
+                    outputs(oh, c, group * ROW_BLOCK, ROW_BLOCK, quant)
+            if rest:
+                outputs(oh, c, out_w - rest, rest, quant)
+        _copy_row(y, oh * out_w * ch, rowbuf, out_w * ch)
 
 
+# ------------------------------------------------------------------ add
 def _emit_add_kernel(spec: LayerSpec, x, y, buffers: dict):
     """TFLite int8 ADD (``AddElementwise``), same shapes; element ``i`` is read before it is
     written, so the output may overwrite input 1 (RiP workspace ``S = N``, offset 0)."""
     r = spec.add
     scale = 1 << r.left_shift
     input2 = buffers["input2"]
-    a = T.alloc_buffer((1,), "int32")
-    IRBuilder.name("a", a)
-    b = T.alloc_buffer((1,), "int32")
-    IRBuilder.name("b", b)
+    # the rescaled inputs go through a local array: TVM's passes expand a let chain that
+    # feeds another requantization into an exponentially large expression
+    rescaled = _local("rescaled", 2)
     with _loop("i", spec.input_bytes) as i:
-        _emit_multiply_by_quantized_multiplier(
-            a, (_cast("int32", x[i]) - spec.input_zero_point) * scale,
-            r.input1_multiplier, r.input1_shift)
-        _emit_multiply_by_quantized_multiplier(
-            b, (_cast("int32", input2[i]) - r.input2_zero_point) * scale,
-            r.input2_multiplier, r.input2_shift)
-        _emit_multiply_by_quantized_multiplier(a, a[0] + b[0], r.output_multiplier,
-                                               r.output_shift)
-        _emit_store_clamped(y, i, a[0] + spec.output_zero_point, spec.act_min, spec.act_max)
-
-
-def _view(workspace, name: str, elements: int, offset: int):
-    buffer = T.decl_buffer((elements,), "int8", data=workspace.data, elem_offset=offset)
-    IRBuilder.name(name, buffer)
-    return buffer
+        _store(rescaled, 0, requantize((_cast("int32", x[i]) - spec.input_zero_point) * scale,
+                                       r.input1_multiplier, r.input1_shift))
+        _store(rescaled, 1, requantize((_cast("int32", input2[i]) - r.input2_zero_point)
+                                       * scale, r.input2_multiplier, r.input2_shift))
+        _store_clamped(y, i, requantize(rescaled[0] + rescaled[1], r.output_multiplier,
+                                        r.output_shift)
+                       + spec.output_zero_point, spec.act_min, spec.act_max)
 
 
 def make_prim_func(spec: LayerSpec, layout: str = "rip", name: str | None = None
@@ -292,11 +457,14 @@ def make_prim_func(spec: LayerSpec, layout: str = "rip", name: str | None = None
             T.func_name(symbol)
             buffers = {p.name: T.arg(p.name, T.Buffer((p.elements,), p.dtype)) for p in params}
             if layout == "rip":
-                x = _view(buffers["ws"], "input", spec.input_bytes, spec.rip_input_offset)
-                y = _view(buffers["ws"], "output", spec.output_bytes, 0)
+                ws = buffers["ws"].data
+                x = _view(ws, "input", "int8", spec.input_bytes, spec.rip_input_offset)
+                y = _view(ws, "output", "int8", spec.output_bytes, 0)
             else:
                 x, y = buffers["input"], buffers["output"]
-            (_emit_add_kernel if spec.op == "add" else _emit_window_kernel)(spec, x, y, buffers)
+            emit = {"add": _emit_add_kernel, "conv2d": _emit_conv_kernel}.get(
+                spec.op, _emit_channelwise_kernel)
+            emit(spec, x, y, buffers)
     return builder.get().with_attr("global_symbol", symbol)
 
 

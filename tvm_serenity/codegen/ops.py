@@ -20,9 +20,10 @@ the arena plan overlaps input and output (docs/rip.md):
   writing that row's outputs: the RiP layout of the row-as-pixel geometry is safe.
 * TRANSPOSE, CONCATENATION, PAD and the RESHAPE copy need disjoint buffers.
 
-:data:`C_HELPERS` holds the shared fixed-point helpers (TFLite's ``MultiplyByQuantizedMultiplier``
-with double rounding, written with operations that are well defined in C, as the TIR kernels
-do); a translation unit using these kernels includes it once.
+:func:`c_helpers` returns the shared fixed-point helpers, which a translation unit using these
+kernels includes once: ``serenity_mbqm`` (TFLite's ``MultiplyByQuantizedMultiplier`` with
+double rounding, lowered from the same TIR expression the generated kernels inline, see
+:func:`.plain_c.requantize_c_function`) and ``serenity_clamp``.
 """
 
 from __future__ import annotations
@@ -31,29 +32,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .plain_c import requantize_c_function
 from .spec import INT8_MAX, INT8_MIN, CodegenError
 
-__all__ = ["C_HELPERS", "OpKernel", "c_array", "mean_kernel", "fully_connected_kernel",
+__all__ = ["c_helpers", "OpKernel", "c_array", "mean_kernel", "fully_connected_kernel",
            "transpose_kernel", "concatenation_kernel", "pad_kernel", "requantize_kernel"]
 
-C_HELPERS = """\
-/* TFLite MultiplyByQuantizedMultiplier (double rounding) for multipliers in [0, 2^31):
- * SaturatingRoundingDoublingHighMul as (x*m + 2^30) >> 31 on int64 (its saturating case needs
- * a negative multiplier), then RoundingDivideByPOT. */
-static inline int32_t serenity_mbqm(int32_t x, int32_t multiplier, int32_t shift) {
-    int32_t left = shift > 0 ? shift : 0;
-    int32_t right = shift > 0 ? 0 : -shift;
-    int32_t shifted = (int32_t)((uint32_t)x << left);
-    int32_t high = (int32_t)(((int64_t)shifted * multiplier + ((int64_t)1 << 30)) >> 31);
-    int32_t mask = (int32_t)(((uint32_t)1 << right) - 1u);
-    int32_t threshold = (mask >> 1) + (high < 0 ? 1 : 0);
-    return (high >> right) + ((high & mask) > threshold ? 1 : 0);
-}
 
+def c_helpers() -> str:
+    """C definitions of ``serenity_mbqm`` and ``serenity_clamp`` (module docstring)."""
+    return requantize_c_function() + """
 static inline int8_t serenity_clamp(int32_t v, int32_t low, int32_t high) {
     return (int8_t)(v < low ? low : (v > high ? high : v));
 }
 """
+
 
 _CTYPES = {"int8": "int8_t", "int16": "int16_t", "int32": "int32_t"}
 

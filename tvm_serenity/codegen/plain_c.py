@@ -6,8 +6,8 @@ so :func:`emit_c_kernel`
 
 1. turns every buffer parameter into a pointer parameter with a ``DeclBuffer`` on it
    (:func:`pointer_params`),
-2. lowers with the ``"serenity_plain_c"`` TIR pipeline: ``FlattenBuffer`` (which resolves the
-   RiP views, e.g. the input at ``ws + S - N_in``) and ``LowerIntrin``, nothing else.  The
+2. lowers with the ``"serenity_plain_c"`` TIR pipeline: ``FlattenBuffer`` and
+   ``LowerIntrin``, nothing else.  The
    generated kernels are already scheduled loop nests over flat buffers with no large
    allocation, so the s_tir pipeline's scheduling passes have nothing to do; ``MakePackedAPI``
    and ``LowerTVMBuiltin`` (packed ABI, ``TVMBackendAllocWorkspace``) are exactly what we
@@ -17,22 +17,33 @@ so :func:`emit_c_kernel`
    headers, ``TVM_DLL`` and the trailing ``__tvm_ffi_main`` stub) and gives it the ABI's
    ``const``-qualified prototype (:func:`c_prototype`).
 
+A RiP kernel is emitted as its dual-layout TIR lowered this way and a one-line wrapper that
+calls it on ``ws + S - N_in`` and ``ws`` (:func:`emit_c_kernel`), so both layouts run the same
+machine code; the RiP TIR itself (views on the workspace) is what the host build and the
+Relax in-place lowering run.
+
 The result needs only ``<stdint.h>``.  On Cortex-M0+ the only external symbols are libgcc's
-``__aeabi_*`` helpers: ``__aeabi_lmul`` for the int64 product of the requantization and
-``__aeabi_idiv`` for AVERAGE_POOL's per-output division.  Right shifts of negative
-``int32_t`` are assumed arithmetic and ``uint32_t -> int32_t`` conversions modular (true of
-GCC and Clang on every target).
+``__aeabi_*`` helpers (``__aeabi_idiv`` for AVERAGE_POOL's per-output division; the
+requantization needs no 64-bit arithmetic).  Right shifts of negative ``int32_t`` are assumed
+arithmetic and conversions to a narrower or signed integer type modular (true of GCC and
+Clang on every target).
+
+:func:`requantize_c_function` lowers :func:`.kernels.requantize` the same way into the
+``static inline`` C helper the graph emitter's hand-written operators call, so every
+requantization in a generated model comes from that one TIR expression.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 
 import tvm
 from tvm import tirx
 from tvm.tirx import compilation_pipeline
 
-from .kernels import make_prim_func
+from .kernels import (REQUANTIZE_SYMBOL, default_kernel_name, make_prim_func,
+                      requantize_prim_func)
 from .spec import CodegenError, LayerSpec, kernel_params
 
 PIPELINE = "serenity_plain_c"
@@ -98,25 +109,63 @@ def _abi_comment(spec: LayerSpec, layout: str) -> str:
 
 def emit_c_kernel(spec: LayerSpec, layout: str = "rip", name: str | None = None) -> str:
     """A C99 definition of ``spec``'s kernel, preceded by ``#include <stdint.h>``, a comment
-    stating its ABI and its prototype (see ``spec.py`` for the parameter order)."""
-    func = make_prim_func(spec, layout, name)
-    symbol = str(func.attrs["global_symbol"])
+    stating its ABI and its prototype (see ``spec.py`` for the parameter order).
+
+    A RiP kernel is the dual-layout function ``<name>_body`` (external linkage, so GCC keeps
+    it out of line) and ``<name>``, which calls it with ``input = ws + S - N_in`` and
+    ``output = ws``.  Both layouts thus run the same machine code: compiled separately, the
+    RiP function's one workspace pointer and the dual one's two parameters make GCC allocate
+    registers differently (measured up to 2% more rp2040js cycles either way).  The body may
+    take overlapping buffers: the C has no ``restrict``, so the compiler keeps every read of
+    ``input`` before the writes of ``output`` that follow it in the loops, which is the order
+    the RiP safety argument is about (``spec.py``)."""
+    symbol = name or default_kernel_name(spec, layout)
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", symbol):
         raise CodegenError(f"kernel name {symbol!r} is not a C identifier")
-    source = tvm.tirx.build(pointer_params(func), target="c",
-                            pipeline=PIPELINE).inspect_source()
-    params = kernel_params(spec, layout)
-    header = re.search(rf"^TVM_DLL void {symbol}\((?P<args>[^)]*)\) {{\n", source, re.M)
-    if header is None:
-        raise CodegenError(f"CodeGenC emitted no definition of {symbol}")
-    emitted = [arg.rsplit("*", 1)[-1].strip() for arg in header["args"].split(",")]
+    prototype = c_prototype(spec, layout, symbol)
+    head = f"#include <stdint.h>\n\n{_abi_comment(spec, layout)}\n{prototype};\n\n"
+    if layout == "dual":
+        return head + _dual_definition(spec, symbol)
+    body = f"{symbol}_body"
+    args = [f"ws + {spec.rip_input_offset}", "ws"] + [p.name for p in
+                                                      kernel_params(spec, layout)[1:]]
+    return (head + f"{c_prototype(spec, 'dual', body)};\n\n" + _dual_definition(spec, body)
+            + f"\n{prototype} {{\n  {body}({', '.join(args)});\n}}\n")
+
+
+def _dual_definition(spec: LayerSpec, symbol: str) -> str:
+    """The definition of the dual-layout kernel ``symbol``, lowered from its TIR."""
+    params = kernel_params(spec, "dual")
+    args, body = _lower_to_c(pointer_params(make_prim_func(spec, "dual", symbol)), symbol,
+                             "void")
+    emitted = [arg.rsplit("*", 1)[-1].strip() for arg in args.split(",")]
     if emitted != [p.name for p in params]:
         raise CodegenError(f"CodeGenC parameters {emitted} differ from the ABI "
                            f"{[p.name for p in params]}")
+    return f"{c_prototype(spec, 'dual', symbol)} {{\n{body}"
+
+
+def _lower_to_c(func: tirx.PrimFunc, symbol: str, return_type: str) -> tuple[str, str]:
+    """``func`` lowered by the plain-C pipeline: its parameter list and its body (after the
+    opening brace, closing brace included), cut out of CodeGenC's translation unit."""
+    source = tvm.tirx.build(func, target="c", pipeline=PIPELINE).inspect_source()
+    header = re.search(rf"^TVM_DLL {return_type} {symbol}\((?P<args>[^)]*)\) {{\n", source,
+                       re.M)
+    if header is None:
+        raise CodegenError(f"CodeGenC emitted no definition of {symbol}")
     end = source.index("\n}\n", header.end())
     body = source[header.end():end + 3]
     if re.search(r"tvm|TVM", body):
         raise CodegenError(f"{symbol} still refers to the TVM runtime")
-    prototype = c_prototype(spec, layout, symbol)
-    return (f"#include <stdint.h>\n\n{_abi_comment(spec, layout)}\n{prototype};\n\n"
-            f"{prototype} {{\n{body}")
+    return header["args"], body
+
+
+@functools.cache
+def requantize_c_function() -> str:
+    """``static inline int32_t serenity_mbqm(int32_t x, int32_t multiplier, int32_t shift)``:
+    TFLite's ``MultiplyByQuantizedMultiplier`` for multipliers in ``[0, 2^31)``, lowered from
+    :func:`.kernels.requantize` (the expression every generated kernel inlines)."""
+    args, body = _lower_to_c(requantize_prim_func(), REQUANTIZE_SYMBOL, "int32_t")
+    return (f"/* TFLite MultiplyByQuantizedMultiplier (double rounding) for multipliers in "
+            f"[0, 2^31),\n * generated from tvm_serenity.codegen.kernels.requantize. */\n"
+            f"static inline int32_t {REQUANTIZE_SYMBOL}({args}) {{\n{body}")

@@ -11,8 +11,7 @@ Layouts (docs/rip.md):
 
 * ``"rip"``: one flat int8 workspace ``ws`` of ``S >= S*`` bytes.  The input is right-aligned
   (flat input element ``j`` at ``ws[S - N_in + j]``), the output is written left-aligned
-  (element ``i`` at ``ws[i]``), pixels in row-major order, each pixel's receptive field gathered
-  into ``scratch`` before any of its outputs is written.
+  (element ``i`` at ``ws[i]``), pixels in row-major order.
 * ``"dual"``: the same loops on a separate ``input`` and ``output`` buffer.
 
 Parameter order (:func:`kernel_params`; every tensor is flat, NHWC, row-major):
@@ -20,7 +19,7 @@ Parameter order (:func:`kernel_params`; every tensor is flat, NHWC, row-major):
 ====================  ==========================================================================
 op                    parameters (``rip`` | ``dual``), then the rest
 ====================  ==========================================================================
-conv2d                ``ws`` | ``input, output``; ``weight`` (int8 OHWI, ``C_out*KH*KW*C_in``),
+conv2d                ``ws`` | ``input, output``; ``weight`` (int32, packed: see below),
                       ``bias``, ``multiplier``, ``shift`` (int32, ``C_out`` each), ``scratch``
 depthwise_conv2d      as conv2d with ``weight`` int8 ``KH*KW*C`` (TFLite's ``1 x KH x KW x C``)
 max/avg_pool2d        ``ws`` | ``input, output``; ``scratch``
@@ -28,13 +27,40 @@ add                   ``ws`` (holds input 1, receives the output) | ``input, out
                       then ``input2`` (int8, same shape)
 ====================  ==========================================================================
 
-``scratch`` is int16, ``KH*KW*C_in`` elements (:attr:`LayerSpec.scratch_bytes`), caller-owned
-and reusable between layers.  Pointers need their element type's natural alignment (int16:
-2 bytes, int32: 4 bytes); ``ws``, ``input`` and ``output`` are byte arrays and may sit at any
-arena offset.  Conv/depthwise semantics are TFLite's per-channel int8 reference
+conv2d weights are packed four output channels to a word (:func:`pack_conv2d_weight`): word
+``b*K + k`` (``K = KH*KW*C_in``, ``k`` the flat OHWI index within a filter) holds the int8
+weights ``k`` of output channels ``4b .. 4b+3`` in its bytes 0..3 (least significant first;
+channels past ``C_out`` are zero), ``ceil(C_out/4)*K`` words.  The word is an integer, so the
+layout does not depend on the target's endianness, and the kernel loads four weights with one
+aligned 32-bit access.
+
+``scratch`` is int32, :attr:`LayerSpec.scratch_elements` of them, caller-owned and reusable
+between layers (the kernels never rely on its contents).  Pointers need their element type's
+natural alignment (int32: 4 bytes); ``ws``, ``input`` and ``output`` are byte arrays and may
+sit at any arena offset.  Conv/depthwise semantics are TFLite's per-channel int8 reference
 kernels (``acc = bias + sum w * (x - input_zero_point)`` over in-bounds taps, then
 ``MultiplyByQuantizedMultiplier`` with double rounding, ``+ output_zero_point``, clamp to
 ``[act_min, act_max]``); pass a zero bias for a layer without one.
+
+Kernel structure and RiP safety (the loops are in :mod:`.kernels`):
+
+* **conv2d** (channel-mixing) gathers one output pixel's whole receptive field,
+  ``x - input_zero_point`` as int32 (0 for a padding tap), into ``scratch`` before writing any
+  of that pixel's ``C_out`` outputs: exactly docs/rip.md's per-pixel model, safe at ``S*``.
+* **depthwise_conv2d, max_pool2d, avg_pool2d** (channel-wise) work one output *row* at a time:
+  for each channel they gather that channel's ``KH`` input rows into ``scratch``, compute the
+  row's outputs of that channel into a row buffer in ``scratch``, and only when every channel
+  is done copy the row buffer to the output row.  This block order is safe whenever the
+  per-pixel order is, i.e. at every ``S >= S*``.  Proof: let the row hold pixels
+  ``q_a..q_b`` and put ``G = S - N_in``.  (1) Reads of a pixel ``q`` in the row happen after
+  the writes of rows above, ``[0, q_a*C)``; it reads input elements ``>= Lmin(q)`` at
+  addresses ``>= G + Lmin(q) >= q*C >= q_a*C`` (``D(q) = q*C - Lmin(q) <= G`` for ``q >= 1``;
+  for ``q = 0`` nothing has been written), so no read finds an output.  (2) The row's own
+  writes ``[q_a*C, (q_b+1)*C)`` happen after all of its reads, and every later pixel reads at
+  addresses ``>= G + Lmin(q_b+1) >= (q_b+1)*C``.  Compared with the per-pixel order the reads
+  move earlier and the writes do not move, so no new conflict can arise;
+  ``rip.CorruptionSimulator(geometry, block_pixels=W_out)`` replays this order cell by cell.
+* **add** reads element ``i`` of both inputs before writing element ``i`` (``S = N``).
 """
 
 from __future__ import annotations
@@ -42,15 +68,18 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..errors import SerenityError
 from ..rip import ConvGeometry, RipArgumentError, RipWorkspace, rip_workspace_for_geometry
 
 OPS = ("conv2d", "depthwise_conv2d", "max_pool2d", "avg_pool2d", "add")
+PACK = 4                    # conv2d output channels per packed weight word
 LAYOUTS = ("rip", "dual")
 INT8_MIN, INT8_MAX = -128, 127
 INT32_MAX = (1 << 31) - 1
 
-_CTYPES = {"int8": "int8_t", "int16": "int16_t", "int32": "int32_t"}
+_CTYPES = {"int8": "int8_t", "int32": "int32_t"}
 
 
 class CodegenError(SerenityError, ValueError):
@@ -114,7 +143,7 @@ class KernelParam:
     """One parameter of a generated kernel, in ABI order."""
 
     name: str
-    dtype: str          # "int8" | "int16" | "int32"
+    dtype: str          # "int8" | "int32"
     elements: int
     writable: bool      # False: the C prototype declares it ``const``
 
@@ -263,15 +292,43 @@ class LayerSpec:
         return 0 if self.op == "add" else g.kernel[0] * g.kernel[1] * g.in_channels
 
     @property
+    def channel_blocks(self) -> int:
+        """conv2d: ``ceil(C_out / 4)`` groups of output channels, one packed word each."""
+        return -(-self.geometry.out_channels // PACK)
+
+    @property
+    def padded_width(self) -> int:
+        """``pad_left + W_in + pad_right``: the columns of a channel-wise kernel's row buffer."""
+        g = self.geometry
+        return g.padding[2] + g.in_width + g.padding[3]
+
+    @property
+    def scratch_elements(self) -> int:
+        """int32 elements of ``scratch`` (see :mod:`.kernels` for what each part holds).
+
+        conv2d: the gathered window and ``4*ceil(C_out/4)`` accumulators; channel-wise ops:
+        ``KH`` gathered input rows of one channel (``padded_width`` columns each), the
+        channel's ``KH*KW`` weights (depthwise only) and the int8 output row
+        (``W_out*C`` bytes); ADD: none."""
+        g = self.geometry
+        if self.op == "add":
+            return 0
+        if self.op == "conv2d":
+            return self.window_elements + PACK * self.channel_blocks
+        rows = self.padded_width * g.kernel[0]
+        weights = g.kernel[0] * g.kernel[1] if self.op == "depthwise_conv2d" else 0
+        return rows + weights + -(-g.out_width * g.out_channels // 4)
+
+    @property
     def scratch_bytes(self) -> int:
-        """Size of the int16 ``scratch`` parameter in bytes."""
-        return 2 * self.window_elements
+        """Size of the int32 ``scratch`` parameter in bytes."""
+        return 4 * self.scratch_elements
 
     @property
     def weight_elements(self) -> int:
-        g = self.geometry
+        """Elements of ``weight``: packed int32 words for conv2d, int8 for depthwise."""
         if self.op == "conv2d":
-            return g.out_channels * self.window_elements
+            return self.channel_blocks * self.window_elements
         return self.window_elements if self.op == "depthwise_conv2d" else 0
 
     @property
@@ -314,8 +371,26 @@ def kernel_params(spec: LayerSpec, layout: str) -> tuple[KernelParam, ...]:
         return tuple(params + [KernelParam("input2", "int8", spec.input_bytes, False)])
     if spec.op in ("conv2d", "depthwise_conv2d"):
         channels = spec.geometry.out_channels
-        params += [KernelParam("weight", "int8", spec.weight_elements, False),
+        params += [KernelParam("weight", "int32" if spec.op == "conv2d" else "int8",
+                               spec.weight_elements, False),
                    KernelParam("bias", "int32", channels, False),
                    KernelParam("multiplier", "int32", channels, False),
                    KernelParam("shift", "int32", channels, False)]
-    return tuple(params + [KernelParam("scratch", "int16", spec.window_elements, True)])
+    return tuple(params + [KernelParam("scratch", "int32", spec.scratch_elements, True)])
+
+
+def pack_conv2d_weight(weight) -> np.ndarray:
+    """TFLite's int8 OHWI conv2d filter as the kernels' packed int32 words (module docstring):
+    ``ceil(O/4) * H*W*I`` words, four output channels per word, least significant byte first."""
+    w = np.asarray(weight)
+    if w.dtype != np.int8 or w.ndim < 2:
+        raise CodegenError(f"conv2d weights must be an int8 O x ... array, got {w.dtype} "
+                           f"{w.shape}")
+    out_channels = w.shape[0]
+    flat = w.reshape(out_channels, -1)
+    blocks = -(-out_channels // PACK)
+    padded = np.zeros((blocks * PACK, flat.shape[1]), np.uint8)
+    padded[:out_channels] = flat.view(np.uint8)
+    lanes = padded.reshape(blocks, PACK, -1).astype(np.uint32)
+    words = sum(lanes[:, j] << np.uint32(8 * j) for j in range(PACK))
+    return words.astype(np.uint32).view(np.int32).reshape(-1)

@@ -24,14 +24,19 @@
    * ``gather_first=False`` (Gural & Murmann's direct kernel, which computes outputs straight
      from the workspace): the pixel's receptive field must survive all of its own writes, so a
      read also fails when the cell is written by the same pixel.
+   * ``block_pixels=n`` (with ``gather_first=True``): the visited pixels form consecutive
+     blocks of ``n`` whose receptive fields are all read before any of the block's outputs is
+     written (the channel-wise kernels of ``codegen.kernels`` gather a whole output row, so
+     ``n = W_out``).  ``n = 1`` is the per-pixel order above.
 
    Vectorisation: within a phase the input layout is fixed and output writes form a growing
    prefix, so a read at step ``t`` of the cell ``a`` fails iff the cell did not hold the wanted
    element when the phase began, or ``a`` is written inside the phase by step ``a // C_out``
-   that comes before ``t`` (or equals ``t``, for the direct kernel).  Each phase is thus a few
-   numpy operations over its reads; the cell tags are updated between phases.  ``S*`` found by
-   binary search on ``S`` (safety is monotone in ``S``: growing ``S`` moves every input cell
-   right and no output cell) is ``min_safe_workspace_by_search``.
+   that comes before ``t`` (or equals ``t``, for the direct kernel; with blocks, whose block
+   comes before ``t``'s).  Each phase is thus a few numpy operations over its reads; the cell
+   tags are updated between phases.  ``S*`` found by binary search on ``S`` (safety is
+   monotone in ``S``: growing ``S`` moves every input cell right and no output cell) is
+   ``min_safe_workspace_by_search``.
 """
 
 from __future__ import annotations
@@ -139,9 +144,12 @@ class CorruptionSimulator:
     """
 
     def __init__(self, geometry: ConvGeometry, phases: list[TraversalPhase] | None = None,
-                 gather_first: bool = True):
+                 gather_first: bool = True, block_pixels: int = 1):
+        if block_pixels < 1 or (block_pixels > 1 and not gather_first):
+            raise RipArgumentError("block_pixels must be >= 1, and > 1 only with gather_first")
         self.geometry = geometry
         self.gather_first = gather_first
+        self.block_pixels = block_pixels
         if phases is None:
             phases = [TraversalPhase(np.arange(geometry.output_pixels, dtype=np.int64))]
         visited = np.concatenate([phase.pixels for phase in phases])
@@ -181,8 +189,10 @@ class CorruptionSimulator:
             address = np.maximum(address, 0)
             step = step0 + np.arange(len(phase.pixels))[:, None]
             writer_step = address // c_out
+            block = self.block_pixels
             written_in_phase = ~dropped & (writer_step >= step0) & (
-                (writer_step < step) if self.gather_first else (writer_step <= step))
+                (writer_step // block < step // block) if self.gather_first
+                else (writer_step <= step))
             held = np.where(dropped, EMPTY_CELL, cells[address])
             bad = wanted & ((held != reads) | written_in_phase)
             if bad.any():
