@@ -6,7 +6,6 @@ below); the real models from <repo>/../shared/models (skipped when absent). Test
 C compiler, the Arm toolchain, rp2040js or QEMU skip with the reason when those are missing.
 """
 
-import shutil
 
 import numpy as np
 import pytest
@@ -16,28 +15,9 @@ from tvm_serenity.codegen.graph_c import SUPPORTED_OPS, integer_core
 from tvm_serenity.deploy import compile_tflite, load_plan, reference_output, run
 from tvm_serenity.frontend import UnsupportedOperatorError, parse_tflite
 from tvm_serenity.frontend.builder import ModelBuilder
-from tvm_serenity.micro.runners import find_rp2040js
-
 from tflite_cases import SINGLE_OP_MODELS, model_path
+from toolchain import needs_arm, needs_cc, needs_qemu, needs_rp2040js
 
-
-def _rp2040js_missing() -> str | None:
-    if shutil.which("node") is None:
-        return "node not installed"
-    try:
-        find_rp2040js()
-    except SerenityError as e:
-        return str(e)
-    return None
-
-
-needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no native C compiler (cc)")
-needs_arm = pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None,
-                               reason="arm-none-eabi-gcc not installed")
-needs_qemu = pytest.mark.skipif(shutil.which("qemu-system-arm") is None,
-                                reason="qemu-system-arm not installed")
-needs_rp2040js = pytest.mark.skipif(_rp2040js_missing() is not None,
-                                    reason=f"rp2040js unavailable: {_rp2040js_missing()}")
 
 VWW = "tinyengine/vww.tflite"
 MCUNET = "mcunet/mcunet-320kb-1mb_imagenet.tflite"
