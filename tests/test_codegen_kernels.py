@@ -30,6 +30,7 @@ from tvm_serenity.codegen import (AddRescale, CodegenError, LayerSpec, build_llv
                                   c_prototype, emit_c_kernel, kernel_params, make_prim_func,
                                   pack_conv2d_weight)
 from tvm_serenity.codegen.kernels import REQUANTIZE_SYMBOL, requantize_prim_func
+from tvm_serenity.codegen.ops import strided_slice_kernel
 from tvm_serenity.codegen.plain_c import requantize_c_function
 from tvm_serenity.deploy import compile_tflite, run
 from tvm_serenity.frontend import reference as ref
@@ -530,6 +531,75 @@ def test_emitted_c_declares_the_abi():
     assert f"void {name}(int8_t *ws, const int8_t *weight" in rip
     assert f"  {name}_body(ws + {spec.rip_input_offset}, ws, weight, bias, multiplier, " \
         "shift, scratch);" in rip
+
+
+# ------------------------------------------------------------------ STRIDED_SLICE (graph C)
+STRIDED_SLICE_CASES = sorted(tflite_cases.STRIDED_SLICE_MODELS)
+
+
+def _crop_chain() -> bytes:
+    """CONV 3x3 s1 SAME -> STRIDED_SLICE x[:, 1:, 1:, :] -> DEPTHWISE 3x3 s2 VALID ->
+    STRIDED_SLICE x[:, ::-1, :, 1::2]: a NASNet-style reduction path (the crop feeds an
+    in-place depthwise; the slices read tensors the plan places anywhere in the arena)."""
+    rng = np.random.default_rng(4)
+    b = tflite_cases.ModelBuilder()
+    x = b.add_tensor((1, 11, 11, 4), scale=0.05, zero_point=-3)
+    w = b.add_tensor((6, 3, 3, 4), scale=rng.uniform(0.005, 0.02, 6), axis=0,
+                     data=rng.integers(-127, 128, (6, 3, 3, 4)))
+    bias = b.add_tensor((6,), "int32", data=rng.integers(-500, 500, 6))
+    c1 = b.add_tensor((1, 11, 11, 6), scale=0.06, zero_point=5)
+    b.add_operator("CONV_2D", [x, w, bias], [c1], {"padding": "SAME", "stride_h": 1,
+                                                   "stride_w": 1,
+                                                   "fused_activation_function": "RELU"})
+
+    def slice_(src, shape, begin, end, strides, out_shape, **masks):
+        consts = [b.add_tensor((4,), "int32", data=v) for v in (begin, end, strides)]
+        out = b.add_tensor(out_shape, scale=0.06, zero_point=5)
+        b.add_operator("STRIDED_SLICE", [src, *consts], [out], masks)
+        return out
+
+    crop = slice_(c1, (1, 11, 11, 6), [0, 1, 1, 0], [0, 0, 0, 0], [1, 1, 1, 1], (1, 10, 10, 6),
+                  begin_mask=0b1001, end_mask=0b1111)
+    dw = b.add_tensor((1, 3, 3, 6), scale=rng.uniform(0.005, 0.02, 6), axis=3,
+                      data=rng.integers(-127, 128, (1, 3, 3, 6)))
+    dbias = b.add_tensor((6,), "int32", data=rng.integers(-500, 500, 6))
+    d1 = b.add_tensor((1, 4, 4, 6), scale=0.07, zero_point=-9)
+    b.add_operator("DEPTHWISE_CONV_2D", [crop, dw, dbias], [d1],
+                   {"padding": "VALID", "stride_h": 2, "stride_w": 2, "depth_multiplier": 1})
+    out = slice_(d1, (1, 4, 4, 6), [0, -1, 0, 1], [1, 0, 4, 6], [1, -1, 1, 2], (1, 4, 4, 3),
+                 end_mask=0b0010)
+    return b.build([x], [out])
+
+
+@needs_host_cc
+@pytest.mark.parametrize("case", STRIDED_SLICE_CASES + ["crop_chain"])
+def test_strided_slice_bit_exact_on_host(tmp_path, case):
+    """The graph C emitter's STRIDED_SLICE kernel against the reference (deploy.run checks
+    the output byte for byte), alone and between convolutions."""
+    path = tmp_path / f"{case}.tflite"
+    path.write_bytes(_crop_chain() if case == "crop_chain"
+                     else tflite_cases.STRIDED_SLICE_MODELS[case]())
+    compiled = compile_tflite(path, "host", tmp_path / "out")
+    slices = [s for s in compiled.emitted.steps if s.op == "STRIDED_SLICE"]
+    assert slices and all(s.layout == "dual" for s in slices)
+    if case == "crop_chain":
+        assert {s.op for s in compiled.emitted.steps if s.layout == "rip"} >= {"DEPTHWISE_CONV_2D"}
+    n = compiled.emitted.input_bytes
+    for seed in (1, 2):
+        run(tmp_path / "out", input=np.random.default_rng(seed).integers(-128, 128, n,
+                                                                         dtype=np.int8))
+
+
+def test_strided_slice_kernel_text_and_checks():
+    crop = strided_slice_kernel("crop", (1, 7, 7, 8), (0, 1, 1, 0), (1, 1, 1, 1), (1, 6, 6, 8))
+    assert "memcpy(output, src, 8);" in crop.source and "input + 64 +" in crop.source
+    rank2 = strided_slice_kernel("r2", (8, 10), (6, 1), (-2, 3), (3, 3))
+    assert "input + 61 + " in rank2.source and "c * -20;" in rank2.source   # 6 * 10 + 1
+    assert "*output++ = src[d * 3];" in rank2.source
+    with pytest.raises(CodegenError, match="axis 1 reads 4 elements from 1 by 2, not inside"):
+        strided_slice_kernel("bad", (1, 6, 6, 2), (0, 1, 0, 0), (1, 2, 1, 1), (1, 4, 6, 2))
+    with pytest.raises(CodegenError, match="empty slices are not supported"):
+        strided_slice_kernel("empty", (1, 6, 6, 2), (0, 0, 0, 0), (1, 1, 1, 1), (1, 0, 6, 2))
 
 
 # ------------------------------------------------------------------ requantization

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tflite_cases import RUNTIME_SPECIFIC, SINGLE_OP_MODELS, all_model_files, model_path
+from tflite_cases import (RUNTIME_SPECIFIC, SINGLE_OP_MODELS, STRIDED_SLICE_MODELS,
+                          all_model_files, model_path, strided_slice)
 from tvm_serenity.errors import SerenityError
 from tvm_serenity.frontend import reference as ref
 from tvm_serenity.frontend.builder import ModelBuilder
@@ -464,6 +465,117 @@ def test_resize_nearest_neighbor():
         [0, 1, 1, 2, 2]
 
 
+#: The single-op STRIDED_SLICE cases as numpy slicing (TFLite's semantics are numpy's).
+STRIDED_SLICES = {
+    "strided_slice_crop": lambda x: x[:, 1:, 1:, :],
+    "strided_slice_step2": lambda x: x[:, 1::2, ::3, 1:5],
+    "strided_slice_reverse": lambda x: x[:, ::-1, 5:0:-2, :],
+    "strided_slice_shrink": lambda x: x[:, 2, 1:-1, -1],
+    "strided_slice_clamp": lambda x: x[-1:, -4:-1, -100:100:2, 1:-1],
+    "strided_slice_rank2": lambda x: x[6:1:-2, 1::3],
+}
+
+
+@pytest.mark.parametrize("case", sorted(STRIDED_SLICES))
+def test_strided_slice_is_numpy_slicing(case):
+    assert set(STRIDED_SLICE_MODELS) == set(STRIDED_SLICES)
+    m = parse_tflite(STRIDED_SLICE_MODELS[case]())
+    x = np.random.default_rng(1).integers(-128, 128, m.tensors[m.inputs[0]].shape, np.int8)
+    for runtime in ref.RUNTIMES:
+        np.testing.assert_array_equal(ref.run(m, x, runtime)[0], STRIDED_SLICES[case](x))
+
+
+def _interpreter_truth(kind, buf, x):
+    m = parse_tflite(buf)
+    return np.asarray(run_interpreter(kind, buf, [[x]])[0][m.outputs[0]]).reshape(
+        m.tensors[m.outputs[0]].shape)
+
+
+def test_strided_slice_offset():
+    """``offset`` (end relative to begin) is TFLite's; TFLite Micro ignores the option, so the
+    TFLM reference accepts it only where both read the same elements."""
+    x = np.random.default_rng(2).integers(-128, 128, (1, 5, 5, 3), np.int8)
+    moved = strided_slice((1, 5, 5, 3), [0, 1, 2, 0], [1, 3, 3, 3], [1, 1, 1, 1], (1, 3, 3, 3),
+                          offset=True)
+    m = parse_tflite(moved, "offset.tflite")
+    np.testing.assert_array_equal(ref.run(m, x, LITERT)[0], x[:, 1:4, 2:5, :])
+    with pytest.raises(ref.ReferenceError, match=r"offset\.tflite: operator 0 \(STRIDED_SLICE\)"
+                       r": offset=True is not supported: TFLite Micro ignores it"):
+        ref.Interpreter(m)
+    at_zero = strided_slice((1, 5, 5, 3), [0, 0, 0, 0], [1, 3, 3, 3], [1, 1, 1, 1],
+                            (1, 3, 3, 3), offset=True)
+    for runtime in ref.RUNTIMES:
+        np.testing.assert_array_equal(ref.run(parse_tflite(at_zero), x, runtime)[0],
+                                      x[:, :3, :3, :])
+    if available(LITERT):
+        np.testing.assert_array_equal(_interpreter_truth(LITERT, moved, x), x[:, 1:4, 2:5, :])
+        np.testing.assert_array_equal(_interpreter_truth(LITERT, at_zero, x), x[:, :3, :3, :])
+    if available(TFLM):
+        np.testing.assert_array_equal(_interpreter_truth(TFLM, at_zero, x), x[:, :3, :3, :])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int16", "int32"])
+def test_strided_slice_other_types(dtype):
+    """Data movement: TFLite Micro slices float32, int16 and int32 tensors too."""
+    buf = strided_slice((1, 6, 5, 4), [0, 1, 4, 0], [1, 6, 0, 3], [1, 2, -1, 1], (1, 3, 4, 3),
+                        dtype=dtype)
+    m = parse_tflite(buf)
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((1, 6, 5, 4)) * 1000).astype(dtype)
+    np.testing.assert_array_equal(ref.run(m, x)[0], x[:, 1::2, 4:0:-1, :3])
+    for kind in (TFLM, LITERT):
+        if available(kind):
+            np.testing.assert_array_equal(_interpreter_truth(kind, buf, x), x[:, 1::2, 4:0:-1, :3])
+
+
+def _slice_with_tensors(begin, end, strides, begin_dtype="int32", constant=True):
+    b = ModelBuilder()
+    x = b.add_tensor((1, 4, 4, 2), scale=0.1)
+    cs = [b.add_tensor((len(v),), begin_dtype, data=v if constant else None)
+          for v in (begin, end, strides)]
+    y = b.add_tensor((1, 3, 3, 2), scale=0.1)
+    b.add_operator("STRIDED_SLICE", [x, *cs], [y])
+    return parse_tflite(b.build([x] + ([] if constant else cs), [y]), "slice.tflite")
+
+
+@pytest.mark.parametrize("make, error, message", [
+    (lambda: strided_slice((1, 5, 5, 3), [0, 1, 1, 0], [1, 5, 5, 3], [1, 1, 1, 1],
+                           (1, 4, 4, 3), ellipsis_mask=1),
+     ref.ReferenceError, r"ellipsis_mask=1 is not supported \(TFLite Micro ignores it"),
+    (lambda: strided_slice((1, 5, 5, 3), [0, 0, 0, 0], [1, 5, 5, 3], [1, 1, 1, 1],
+                           (1, 1, 5, 5, 3), new_axis_mask=1),
+     ref.ReferenceError, r"new_axis_mask=1 is not supported \(TFLite Micro ignores it"),
+    (lambda: strided_slice((1, 5, 5, 3), [0, 0, 0, 0], [1, 5, 5, 3], [1, 0, 1, 1],
+                           (1, 5, 5, 3)),
+     ref.ReferenceError, r"the stride of axis 1 is 0"),
+    (lambda: strided_slice((1, 5, 5, 3), [0, 2, 0, 0], [1, 3, 5, 3], [1, -1, 1, 1],
+                           (1, 5, 3), shrink_axis_mask=0b10),
+     ref.ReferenceError, r"axis 1 is shrunk with a negative stride"),
+    (lambda: strided_slice((1, 5, 5, 3), [0, 5, 0, 0], [1, 6, 5, 3], [1, 1, 1, 1],
+                           (1, 5, 3), shrink_axis_mask=0b10),
+     ref.ReferenceError, r"shrunk axis 1 reads index 5, outside its 5 elements"),
+    (lambda: strided_slice((1, 5, 5, 3), [0, 1, 1, 0], [1, 5, 5, 3], [1, 1, 1, 1],
+                           (1, 5, 5, 3)),
+     ref.ReferenceError, r"computed output shape \(1, 4, 4, 3\) differs from the model's"),
+    (lambda: strided_slice((1, 1, 2, 3, 4), [0] * 5, [1, 1, 2, 3, 4], [1] * 5,
+                           (1, 1, 2, 3, 4)),
+     ref.ReferenceError, r"input of rank 5 \(TFLite Micro slices at most 4"),
+    (lambda: _slice_with_tensors([0, 1, 1, 0], [1, 4, 4, 2], [1, 1, 1, 1], constant=False),
+     UnsupportedOperatorError, r"begin must be a constant tensor"),
+    (lambda: _slice_with_tensors([0, 1, 1, 0], [1, 4, 4, 2], [1, 1, 1, 1], "int64"),
+     UnsupportedOperatorError, r"begin must be an int32 vector of 4 values"),
+    (lambda: _slice_with_tensors([0, 1, 1], [1, 4, 4], [1, 1, 1]),
+     UnsupportedOperatorError, r"begin must be an int32 vector of 4 values .*int32 \[3\]"),
+])
+def test_strided_slice_rejections_name_the_operator(make, error, message):
+    model = make()
+    model = model if not isinstance(model, bytes) else parse_tflite(model, "slice.tflite")
+    for runtime in ref.RUNTIMES:
+        with pytest.raises(error, match=r"slice\.tflite: operator 0 \(STRIDED_SLICE\): "
+                                        + message):
+            ref.Interpreter(model, runtime)
+
+
 def test_run_all_keeps_every_intermediate():
     m = parse_tflite(SINGLE_OP_MODELS["pad_then_depthwise"]())
     x = np.random.default_rng(0).integers(-128, 128, (1, 9, 9, 4), dtype=np.int8)
@@ -480,24 +592,25 @@ def _single_op_inputs(model):
 
 
 _SINGLE_OP_TRUTH: dict[str, dict] = {}
+ALL_SINGLE_OP_MODELS = {**SINGLE_OP_MODELS, **STRIDED_SLICE_MODELS}
 
 
 def single_op_truth(kind: str, case: str):
     """Every single-op model through ``kind``, in one interpreter subprocess (cached)."""
     if kind not in _SINGLE_OP_TRUTH:
-        cases = sorted(SINGLE_OP_MODELS)
+        cases = sorted(ALL_SINGLE_OP_MODELS)
         jobs = []
         for c in cases:
-            buf = SINGLE_OP_MODELS[c]()
+            buf = ALL_SINGLE_OP_MODELS[c]()
             jobs.append((buf, _single_op_inputs(parse_tflite(buf))))
         _SINGLE_OP_TRUTH[kind] = dict(zip(cases, run_interpreter_batch(kind, jobs)))
     return _SINGLE_OP_TRUTH[kind][case]
 
 
 @pytest.mark.parametrize("kind", INTERPRETERS)
-@pytest.mark.parametrize("case", sorted(SINGLE_OP_MODELS))
+@pytest.mark.parametrize("case", sorted(ALL_SINGLE_OP_MODELS))
 def test_single_op_models_bit_exact(case, kind):
-    model = parse_tflite(SINGLE_OP_MODELS[case](), f"{case}.tflite")
+    model = parse_tflite(ALL_SINGLE_OP_MODELS[case](), f"{case}.tflite")
     assert_bit_exact(model, _single_op_inputs(model), single_op_truth(kind, case),
                      f"{case} vs {kind}", kind)
 

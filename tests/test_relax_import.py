@@ -13,13 +13,13 @@ from tvm import relax
 from tvm.relax.backend.cpu_generic import pipeline as cpu
 
 import tvm_serenity.passes as sp
-from tflite_cases import MODEL_FILES, SINGLE_OP_MODELS, model_path
+from tflite_cases import MODEL_FILES, SINGLE_OP_MODELS, STRIDED_SLICE_MODELS, model_path
 from tvm_serenity.frontend import (ModelBuilder, UnsupportedOperatorError, load_tflite,
                                    parse_tflite, reference, tflite_to_graph)
 from tvm_serenity.frontend.interpreters import TFLM, available, model_inputs, run_interpreter
 from tvm_serenity.frontend.to_graph import GRAPH_OPS
-from tvm_serenity.frontend.relax_import import (from_tflite, kernel_function, requantize,
-                                                tensor_var_names)
+from tvm_serenity.frontend.relax_import import (SUPPORTED_OPS, from_tflite, kernel_function,
+                                                requantize, tensor_var_names)
 from tvm_serenity.memory import simulate
 from tvm_serenity.passes.convert import block_graph, is_op
 
@@ -99,13 +99,17 @@ FAST_CASES = {"conv3x3_same_relu6", "conv_grouped", "depthwise_mult2", "fc_per_t
               "add_broadcast", "mul_broadcast", "mean_hw_drop", "avg_pool_same_s2",
               "max_pool_same", "pad_then_depthwise", "transpose", "concat_width",
               "resize_half_pixel", "hard_swish", "logistic", "softmax_fine", "relu_requant",
-              "quantize_float_saturating", "dequantize"}
+              "quantize_float_saturating", "dequantize", "strided_slice_crop",
+              "strided_slice_reverse", "strided_slice_shrink"}
+
+
+ALL_SINGLE_OP_MODELS = {**SINGLE_OP_MODELS, **STRIDED_SLICE_MODELS}
 
 
 @pytest.mark.parametrize("case", [c if c in FAST_CASES else pytest.param(c, marks=pytest.mark.slow)
-                                  for c in sorted(SINGLE_OP_MODELS)])
+                                  for c in sorted(ALL_SINGLE_OP_MODELS)])
 def test_single_operator_is_bit_exact(case):
-    model = parse_tflite(SINGLE_OP_MODELS[case](), f"{case}.tflite")
+    model = parse_tflite(ALL_SINGLE_OP_MODELS[case](), f"{case}.tflite")
     ex, _ = compile_serenity(from_tflite(model))
     rng = np.random.default_rng(7)
     for _ in range(3):
@@ -121,6 +125,31 @@ def test_unsupported_operator_is_named():
     with pytest.raises(UnsupportedOperatorError, match=r"operator 0 \(TANH\)") as info:
         from_tflite(parse_tflite(b.build([x], [y]), "tanh.tflite"))
     assert info.value.op == "TANH"
+
+
+def test_strided_slice_is_gathers_and_rejections_are_the_references():
+    """STRIDED_SLICE lowers to ``take`` on the sliced axes only (none for the batch and channel
+    axes of the NASNet crop), refuses what the reference refuses, with its message, and is a
+    plain ``strided_slice`` node of the graph IR."""
+    import tflite_cases
+
+    model = parse_tflite(STRIDED_SLICE_MODELS["strided_slice_crop"]())
+    text = from_tflite(model)["strided_slice_0"].script()
+    assert text.count("R.take(") == 2 and "axis=1" in text and "axis=2" in text
+    bad = parse_tflite(tflite_cases.strided_slice((1, 5, 5, 3), [0, 1, 1, 0], [1, 5, 5, 3],
+                                                  [1, 1, 1, 1], (1, 4, 4, 3), ellipsis_mask=1),
+                       "ellipsis.tflite")
+    with pytest.raises(reference.ReferenceError,
+                       match=r"ellipsis\.tflite: operator 0 \(STRIDED_SLICE\): ellipsis_mask=1"):
+        from_tflite(bad)
+    assert "STRIDED_SLICE" in SUPPORTED_OPS and GRAPH_OPS["STRIDED_SLICE"] == "strided_slice"
+    node = tflite_to_graph(model)["strided_slice_0"]      # the graph IR node (zoo's op name)
+    assert (node.op, node.inputs, node.bytes, node.inplace) == ("strided_slice", ("input_0",),
+                                                               288, None)
+    assert {k: node.attrs[k] for k in ("begin", "end", "strides", "begin_mask", "end_mask",
+                                       "shrink_axis_mask", "out_shape")} == {
+        "begin": [0, 1, 1, 0], "end": [0, 0, 0, 0], "strides": [1, 1, 1, 1], "begin_mask": 9,
+        "end_mask": 15, "shrink_axis_mask": 0, "out_shape": [1, 6, 6, 8]}
 
 
 # -------------------------------------------------------------------- structure and memory

@@ -16,6 +16,7 @@ import pytest
 from tvm_serenity.frontend.builder import ModelBuilder
 from tvm_serenity.frontend.reference import output_size, same_padding
 
+
 MODELS_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "models"
 
 MODEL_FILES = ["tinyengine/vww.tflite", "mcunet/mcunet-320kb-1mb_imagenet.tflite",
@@ -39,6 +40,32 @@ def all_model_files() -> list[str]:
                    if str(p.relative_to(MODELS_DIR)) not in MODEL_FILES) \
         if MODELS_DIR.is_dir() else []
     return MODEL_FILES + extra
+
+
+# --------------------------------------------------------------------- building blocks
+def add_conv(b: ModelBuilder, rng, x: int, shape, op: str, cout: int, kernel, stride, padding,
+             activation: str, q) -> tuple[int, tuple[int, ...]]:
+    """Append a CONV_2D (``cout`` channels) or a DEPTHWISE_CONV_2D (multiplier 1) reading
+    tensor ``x`` of NHWC ``shape`` to ``b``, with random per-channel int8 weights and int32
+    bias; ``q`` = (scale, zero point) of the output. Returns (output tensor, its shape)."""
+    _, h, w, cin = shape
+    if op == "CONV_2D":
+        wshape, axis = (cout, *kernel, cin), 0
+    else:
+        cout, wshape, axis = cin, (1, *kernel, cin), 3
+    wt = b.add_tensor(wshape, scale=rng.uniform(0.002, 0.02, cout), axis=axis,
+                      data=rng.integers(-127, 128, wshape))
+    bias = b.add_tensor((cout,), "int32", data=rng.integers(-3000, 3000, cout))
+    pt, pb, pl, pr = same_padding(padding, (h, w), kernel, stride, (1, 1))
+    out = (1, output_size(h, kernel[0], stride[0], 1, pt, pb),
+           output_size(w, kernel[1], stride[1], 1, pl, pr), cout)
+    y = b.add_tensor(out, scale=q[0], zero_point=q[1])
+    opts = {"padding": padding, "stride_h": stride[0], "stride_w": stride[1],
+            "dilation_h_factor": 1, "dilation_w_factor": 1, "fused_activation_function": activation}
+    if op != "CONV_2D":
+        opts["depth_multiplier"] = 1
+    b.add_operator(op, [x, wt, bias], [y], opts)
+    return y, out
 
 
 # --------------------------------------------------------------------- single-op models
@@ -137,6 +164,15 @@ def _concat(shapes, axis):
     y = b.add_tensor(out, scale=0.1, zero_point=2)
     b.add_operator("CONCATENATION", xs, [y], {"axis": axis})
     return b.build(xs, [y])
+
+
+def strided_slice(shape, begin, end, strides, out_shape, q=(0.1, -7), dtype="int8", **masks):
+    """STRIDED_SLICE with constant int32 begin/end/strides; ``masks``: begin_mask, end_mask,
+    shrink_axis_mask, ellipsis_mask, new_axis_mask, offset (StridedSliceOptions fields)."""
+    vectors = [np.array(v, dtype=np.int32) for v in (begin, end, strides)]
+    quant = q if dtype == "int8" else None
+    return _unary("STRIDED_SLICE", shape, quant, quant, masks or None, out_shape, vectors,
+                  in_dtype=dtype, out_dtype=dtype)
 
 
 def _padv2():
@@ -246,3 +282,30 @@ SINGLE_OP_MODELS = {
 
 #: Single-op models on which TFLM's and LiteRT's arithmetic give different outputs.
 RUNTIME_SPECIFIC = {"relu6_requant", "fc_many_rows_per_channel", "fc_many_rows_per_tensor"}
+
+#: STRIDED_SLICE single-op models, kept apart from SINGLE_OP_MODELS because TVM's stock TFLite
+#: frontend refuses quantized STRIDED_SLICE (test_fakequant.py runs SINGLE_OP_MODELS through
+#: it); the reference, Relax and graph C tests run both dicts.
+STRIDED_SLICE_MODELS = {
+    # x[:, 1:, 1:, :], the NASNet / DARTS reduction-cell crop, as the converter writes it
+    "strided_slice_crop": lambda: strided_slice((1, 7, 7, 8), [0, 1, 1, 0], [0, 0, 0, 0],
+                                                [1, 1, 1, 1], (1, 6, 6, 8), begin_mask=0b1001,
+                                                end_mask=0b1111),
+    # x[:, 1::2, ::3, 1:5] (ragged last step on both strided axes)
+    "strided_slice_step2": lambda: strided_slice((1, 9, 8, 6), [0, 1, 0, 1], [1, 9, 8, 5],
+                                                 [1, 2, 3, 1], (1, 4, 3, 4), begin_mask=0b0100),
+    # x[:, ::-1, 5:0:-2, :] (negative strides, end_mask meaning "through index 0")
+    "strided_slice_reverse": lambda: strided_slice((1, 6, 7, 5), [0, 0, 5, 0], [1, 0, 0, 5],
+                                                   [1, -1, -2, 1], (1, 6, 3, 5),
+                                                   begin_mask=0b0010, end_mask=0b0010),
+    # x[:, 2, 1:-1, -1] (shrunk axes, one by a negative index)
+    "strided_slice_shrink": lambda: strided_slice((1, 6, 7, 5), [0, 2, 1, -1], [1, 3, -1, 0],
+                                                  [1, 1, 1, 1], (1, 5), shrink_axis_mask=0b1010),
+    # x[-1:, -4:-1, -100:100:2, 1:-1] (negative indices and clamping, batch 2)
+    "strided_slice_clamp": lambda: strided_slice((2, 5, 6, 4), [-1, -4, -100, 1],
+                                                 [2, -1, 100, -1], [1, 1, 2, 1], (1, 3, 3, 2),
+                                                 q=(0.05, 20)),
+    # rank 2, x[6:1:-2, 1::3]
+    "strided_slice_rank2": lambda: strided_slice((8, 10), [6, 1], [1, 0], [-2, 3], (3, 3),
+                                                 end_mask=0b10),
+}

@@ -61,12 +61,13 @@ from ..graph import Graph
 from ..memory import InPlaceStep
 from ..alloc.plan import Move
 from ..frontend.reference import (activation_range, add_params, conv_params,
-                                  conv_requant, quantize_multiplier)
+                                  conv_requant, quantize_multiplier, strided_slice_params)
 from ..frontend.tflite_model import (Operator, Tensor, TFLiteModel, UnsupportedOperatorError)
 from ..frontend.to_graph import foldable_pads
 from .kernels import default_kernel_name
 from .ops import (OpKernel, c_array, c_helpers, concatenation_kernel, fully_connected_kernel,
-                  mean_kernel, pad_kernel, requantize_kernel, transpose_kernel)
+                  mean_kernel, pad_kernel, requantize_kernel, strided_slice_kernel,
+                  transpose_kernel)
 from .plain_c import emit_c_kernel
 from .spec import AddRescale, CodegenError, LayerSpec, pack_conv2d_weight
 
@@ -76,7 +77,7 @@ __all__ = ["SUPPORTED_OPS", "IntegerCore", "Step", "EmittedModel", "integer_core
 #: TFLite operators the emitter generates code for (int8 activations).
 SUPPORTED_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "AVERAGE_POOL_2D", "ADD", "MEAN",
                  "FULLY_CONNECTED", "TRANSPOSE", "RESHAPE", "CONCATENATION", "PAD", "PADV2",
-                 "QUANTIZE")
+                 "STRIDED_SLICE", "QUANTIZE")
 
 
 # ------------------------------------------------------------------------------ float edges
@@ -476,6 +477,13 @@ class _Emitter:
                                            self.core.tensors[op.inputs[1]].data, value))
         return kernel, "dual", _call(kernel, [x_ptr, self.output(node)])
 
+    def strided_slice(self, node, op, in_place):
+        x, x_ptr = self.activation(op, 0)
+        p = strided_slice_params(self.core, op)       # TFLM's semantics, validated
+        kernel = self.op_kernel(strided_slice_kernel(_c_name(node.name), x.shape, p.start,
+                                                     p.stride, p.count))
+        return kernel, "dual", _call(kernel, [x_ptr, self.output(node)])
+
     def quantize(self, node, op, in_place):
         x, x_ptr = self.activation(op, 0)
         out = self.core.tensors[op.outputs[0]]
@@ -499,7 +507,8 @@ _HANDLERS = {"CONV_2D": _Emitter.window, "DEPTHWISE_CONV_2D": _Emitter.window,
              "ADD": _Emitter.add, "MEAN": _Emitter.mean,
              "FULLY_CONNECTED": _Emitter.fully_connected, "TRANSPOSE": _Emitter.transpose,
              "CONCATENATION": _Emitter.concatenation, "PAD": _Emitter.pad,
-             "PADV2": _Emitter.pad, "QUANTIZE": _Emitter.quantize,
+             "PADV2": _Emitter.pad, "STRIDED_SLICE": _Emitter.strided_slice,
+             "QUANTIZE": _Emitter.quantize,
              "RESHAPE": _Emitter.reshape}
 assert set(_HANDLERS) == set(SUPPORTED_OPS)
 

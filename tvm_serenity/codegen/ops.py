@@ -4,10 +4,10 @@ The window kernels (CONV_2D, DEPTHWISE_CONV_2D, MAX/AVERAGE_POOL_2D) and same-sh
 generated from TIR (:mod:`.kernels`, :mod:`.plain_c`). The remaining operators MCU networks use
 around them are generated here directly as C99 text, from the integer semantics of
 :mod:`tvm_serenity.frontend.reference` (the arithmetic specification; tests check every
-kernel against it bit for bit): MEAN, FULLY_CONNECTED, TRANSPOSE, CONCATENATION, PAD, int8
-QUANTIZE (requantize) and RESHAPE (a copy, or nothing when aliased). They are a small share of
-a network's cycles, so the C is written for clarity with constants baked in (loop bounds,
-strides, zero points, multipliers); none divides inside a loop.
+kernel against it bit for bit): MEAN, FULLY_CONNECTED, TRANSPOSE, CONCATENATION, PAD,
+STRIDED_SLICE, int8 QUANTIZE (requantize) and RESHAPE (a copy, or nothing when aliased). They
+are a small share of a network's cycles, so the C is written for clarity with constants baked
+in (loop bounds, strides, zero points, multipliers); none divides inside a loop.
 
 Every kernel is ``static void name(const int8_t *input, int8_t *output, ...)`` (CONCATENATION
 takes one input pointer per operand). In-place safety, which the graph emitter relies on when
@@ -18,7 +18,7 @@ the arena plan overlaps input and output (docs/rip.md):
   its outputs; for a global spatial mean (one block) any overlap is safe.
 * FULLY_CONNECTED gathers one input row (``x - zero_point`` as int16) into ``scratch`` before
   writing that row's outputs: the RiP layout of the row-as-pixel geometry is safe.
-* TRANSPOSE, CONCATENATION, PAD and the RESHAPE copy need disjoint buffers.
+* TRANSPOSE, CONCATENATION, PAD, STRIDED_SLICE and the RESHAPE copy need disjoint buffers.
 
 :func:`c_helpers` returns the shared fixed-point helpers, which a translation unit using these
 kernels includes once: ``serenity_mbqm`` (TFLite's ``MultiplyByQuantizedMultiplier`` with
@@ -36,7 +36,8 @@ from .plain_c import requantize_c_function
 from .spec import INT8_MAX, INT8_MIN, CodegenError
 
 __all__ = ["c_helpers", "OpKernel", "c_array", "mean_kernel", "fully_connected_kernel",
-           "transpose_kernel", "concatenation_kernel", "pad_kernel", "requantize_kernel"]
+           "transpose_kernel", "concatenation_kernel", "pad_kernel", "strided_slice_kernel",
+           "requantize_kernel"]
 
 
 def c_helpers() -> str:
@@ -264,6 +265,45 @@ static void {name}(const int8_t *input, int8_t *output) {{
                 memcpy(output + {base} + a * {ostr[0]} + b * {ostr[1]} + c * {ostr[2]},
                        input + ((a * {shape4[1]} + b) * {shape4[2]} + c) * {shape4[3]},
                        {shape4[3]});
+            }}
+}}
+"""
+    return OpKernel(name, source)
+
+
+def strided_slice_kernel(name: str, in_shape, start, stride, count) -> OpKernel:
+    """STRIDED_SLICE of a tensor of rank <= 4, resolved per axis as
+    :class:`tvm_serenity.frontend.reference.StridedSliceParams` (``start``, ``stride`` and
+    ``count`` per input axis; shrunk axes are count 1, which is the same bytes): ``output`` in
+    row-major order, element ``(i_k)`` read at ``start_k + i_k * stride_k``. A contiguous
+    innermost run (stride 1) is one ``memcpy`` per row."""
+    rank = len(in_shape)
+    start, stride, count = ([int(v) for v in values] for values in (start, stride, count))
+    if not len(start) == len(stride) == len(count) == rank:
+        raise CodegenError(f"{name}: {len(start)}/{len(stride)}/{len(count)} start/stride/count "
+                           f"values for a rank-{rank} tensor")
+    shape4 = _pad4(in_shape)
+    lead = 4 - rank
+    start4, stride4, count4 = [0] * lead + start, [1] * lead + stride, [1] * lead + count
+    for k, (n, s, c, d) in enumerate(zip(start4, stride4, count4, shape4)):
+        if s == 0 or c < 1 or not (0 <= n < d and 0 <= n + (c - 1) * s < d):
+            raise CodegenError(f"{name}: axis {k - lead} reads {c} elements from {n} by {s}, "
+                               f"not inside its {d} (empty slices are not supported)")
+    strides = _strides(shape4)
+    base = sum(n * t for n, t in zip(start4, strides))
+    step = [s * t for s, t in zip(stride4, strides)]
+    if step[3] == 1:
+        inner = f"memcpy(output, src, {count4[3]});\n                output += {count4[3]};"
+    else:
+        inner = f"for (int32_t d = 0; d < {count4[3]}; ++d) *output++ = src[d * {step[3]}];"
+    source = f"""\
+/* STRIDED_SLICE: {list(in_shape)} from {start} by {stride}, {count} elements per axis. */
+static void {name}(const int8_t *input, int8_t *output) {{
+    for (int32_t a = 0; a < {count4[0]}; ++a)
+        for (int32_t b = 0; b < {count4[1]}; ++b)
+            for (int32_t c = 0; c < {count4[2]}; ++c) {{
+                const int8_t *src = input + {base} + a * {step[0]} + b * {step[1]} + c * {step[2]};
+                {inner}
             }}
 }}
 """

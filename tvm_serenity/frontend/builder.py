@@ -31,7 +31,7 @@ _OPTIONS_TABLE = {
     "CONCATENATION": "ConcatenationOptions",
     "RESIZE_NEAREST_NEIGHBOR": "ResizeNearestNeighborOptions", "SOFTMAX": "SoftmaxOptions",
     "HARD_SWISH": "HardSwishOptions", "QUANTIZE": "QuantizeOptions",
-    "DEQUANTIZE": "DequantizeOptions",
+    "DEQUANTIZE": "DequantizeOptions", "STRIDED_SLICE": "StridedSliceOptions",
 }
 _ENUMS = {"padding": "Padding", "fused_activation_function": "ActivationFunctionType"}
 

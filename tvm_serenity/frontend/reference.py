@@ -59,6 +59,7 @@ __all__ = [
     "max_pool_int8", "pad", "resize_nearest_neighbor", "hard_swish_int8", "logistic_int8",
     "softmax_int8", "relu_int8", "relu6_int8", "fully_connected_accumulate",
     "requantize_float", "conv_params",
+    "StridedSliceParams", "resolve_strided_slice", "strided_slice_params", "strided_slice",
     # interpreter
     "SUPPORTED_OPS", "TFLM", "LITERT", "RUNTIMES", "Interpreter", "run", "run_all",
     "ReferenceError",
@@ -536,6 +537,89 @@ def pad(x: np.ndarray, paddings, value) -> np.ndarray:
                   constant_values=value)
 
 
+@dataclass(frozen=True)
+class StridedSliceParams:
+    """STRIDED_SLICE resolved per input axis ``k``: the output takes the elements
+    ``start[k] + i * stride[k]`` for ``i < count[k]`` (always in bounds), in row-major order;
+    the ``shrink`` axes (``count`` 1) are dropped from the output shape."""
+
+    start: tuple[int, ...]
+    stride: tuple[int, ...]
+    count: tuple[int, ...]
+    shrink: tuple[bool, ...]
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return tuple(c for c, s in zip(self.count, self.shrink) if not s)
+
+    def indices(self, axis: int) -> np.ndarray:
+        """The input indices read along ``axis``, in output order."""
+        return self.start[axis] + self.stride[axis] * np.arange(self.count[axis],
+                                                                dtype=np.int64)
+
+
+def _clamp(v: int, lo: int, hi: int) -> int:
+    return hi if v > hi else lo if v < lo else v
+
+
+def resolve_strided_slice(in_shape: Sequence[int], begin: Sequence[int], end: Sequence[int],
+                          strides: Sequence[int], begin_mask: int = 0, end_mask: int = 0,
+                          shrink_axis_mask: int = 0, offset: bool = False
+                          ) -> StridedSliceParams:
+    """TFLite's ``StridedSliceStartForAxis`` / ``StridedSliceEndForAxis`` per axis (TFLM's
+    ``strided_slice_logic.h``): a negative index counts from the end, then it is clamped to
+    ``[0, size]`` (``[-1, size - 1]`` for a negative stride); a ``begin_mask`` / ``end_mask``
+    bit takes the whole axis in the stride's direction; ``offset`` makes ``end`` relative to
+    the start; a ``shrink_axis_mask`` bit takes the one element at the start. ``count`` is
+    ``ceil((end - start) / stride)`` or 0, the size TFLM's ``CheckOutputSize`` computes and
+    the iterations of ``reference_ops::StridedSlice``.
+
+    Raises :class:`ReferenceError` where TFLite would not slice as written: a zero stride, a
+    shrunk axis with a negative stride (the kernel's loop ``index > start + 1`` never runs, so
+    TFLite leaves the output unwritten) or whose index is out of range (likewise)."""
+    rank = len(in_shape)
+    if not len(begin) == len(end) == len(strides) == rank:
+        raise ReferenceError(f"STRIDED_SLICE: begin/end/strides have {len(begin)}/{len(end)}/"
+                             f"{len(strides)} values for a rank-{rank} input")
+    starts, counts, shrinks = [], [], []
+    for k, size in enumerate(int(d) for d in in_shape):
+        stride = int(strides[k])
+        if stride == 0:
+            raise ReferenceError(f"STRIDED_SLICE: the stride of axis {k} is 0")
+        start = int(begin[k])
+        start += size if start < 0 else 0
+        start = _clamp(start, 0, size) if stride > 0 else _clamp(start, -1, size - 1)
+        if begin_mask >> k & 1:
+            start = 0 if stride > 0 else size - 1
+        shrink = bool(shrink_axis_mask >> k & 1)
+        if shrink:
+            if stride < 0:
+                raise ReferenceError(f"STRIDED_SLICE: axis {k} is shrunk with a negative stride "
+                                     f"({stride}); TFLite's kernel writes no output then")
+            if start >= size:
+                raise ReferenceError(f"STRIDED_SLICE: shrunk axis {k} reads index "
+                                     f"{int(begin[k])}, outside its {size} elements")
+            count = 1
+        else:
+            stop = int(end[k]) + (start if offset else 0)
+            stop += size if stop < 0 else 0
+            stop = _clamp(stop, 0, size) if stride > 0 else _clamp(stop, -1, size - 1)
+            if end_mask >> k & 1:
+                stop = size if stride > 0 else -1
+            count = max(0, -((start - stop) // stride))          # ceil((stop - start) / stride)
+        starts.append(start)
+        counts.append(count)
+        shrinks.append(shrink)
+    return StridedSliceParams(tuple(starts), tuple(int(s) for s in strides), tuple(counts),
+                              tuple(shrinks))
+
+
+def strided_slice(x: np.ndarray, params: StridedSliceParams) -> np.ndarray:
+    """``reference_ops::StridedSlice``: gather :meth:`StridedSliceParams.indices` on every
+    axis, drop the shrunk axes (data movement, any dtype)."""
+    return x[np.ix_(*(params.indices(k) for k in range(x.ndim)))].reshape(params.out_shape)
+
+
 def resize_nearest_neighbor(x: np.ndarray, out_hw: Sequence[int], align_corners: bool,
                             half_pixel_centers: bool) -> np.ndarray:
     """``reference_ops::ResizeNearestNeighbor`` (``GetNearestNeighbor`` in float32)."""
@@ -801,6 +885,63 @@ def _prep_conv(ctx: _OpContext) -> Kernel:
     return lambda a: fn(a[0], weights, bias, params)
 
 
+#: Tensor types TFLite Micro's STRIDED_SLICE copies (``strided_slice.cc``).
+_STRIDED_SLICE_TYPES = ("int8", "int16", "int32", "float32", "bool")
+
+
+def strided_slice_params(model: TFLiteModel, op: Operator, runtime: str = TFLM
+                         ) -> StridedSliceParams:
+    """The :class:`StridedSliceParams` of a STRIDED_SLICE of ``model``, validated as TFLite Micro
+    prepares it: ``begin``, ``end`` and ``strides`` constant int32 vectors of one value per
+    input axis, rank at most 4, output type equal to the input's, output shape as computed.
+
+    ``ellipsis_mask`` and ``new_axis_mask`` are refused: TFLM ignores both (it zeroes them),
+    so it would slice differently than TFLite. ``offset`` (``end`` relative to ``begin``) is
+    applied for ``runtime="litert"``; TFLM ignores it too, so for ``runtime="tflm"`` a model
+    with ``offset`` is accepted only when it slices the same either way."""
+    ctx = _OpContext(model, op, runtime)
+    x, out = ctx.tensor(0), ctx.out
+    o = op.options
+    for mask in ("ellipsis_mask", "new_axis_mask"):
+        if o.get(mask, 0):
+            raise ReferenceError(f"{ctx.where}: {mask}={o[mask]} is not supported (TFLite Micro "
+                                 "ignores it, so its result would differ from TFLite's)")
+    if len(op.inputs) != 4 or x is None:
+        raise ctx.unsupported(f"{len(op.inputs)} inputs (expected input, begin, end, strides)")
+    if x.dtype not in _STRIDED_SLICE_TYPES:
+        raise ctx.unsupported(f"tensor '{x.name}' is {x.dtype} (TFLite Micro slices "
+                              f"{', '.join(_STRIDED_SLICE_TYPES)})")
+    if out.dtype != x.dtype:
+        raise ReferenceError(f"{ctx.where}: output type {out.dtype} differs from the input's "
+                             f"{x.dtype}")
+    if len(x.shape) > 4:
+        raise ReferenceError(f"{ctx.where}: input of rank {len(x.shape)} (TFLite Micro slices "
+                             "at most 4 dimensions)")
+    vectors = []
+    for i, what in ((1, "begin"), (2, "end"), (3, "strides")):
+        data = ctx.const(i, what)
+        if ctx.tensor(i).dtype != "int32" or data.ndim != 1 or data.size != len(x.shape):
+            raise ctx.unsupported(f"{what} must be an int32 vector of {len(x.shape)} values "
+                                  f"(one per input axis), got {ctx.tensor(i).dtype} "
+                                  f"{list(data.shape)}")
+        vectors.append([int(v) for v in data])
+    masks = {k: int(o.get(k, 0)) for k in ("begin_mask", "end_mask", "shrink_axis_mask")}
+    offset = bool(o.get("offset", False))
+    try:
+        params = resolve_strided_slice(x.shape, *vectors, **masks, offset=offset)
+        if offset and runtime == TFLM:
+            ignored = resolve_strided_slice(x.shape, *vectors, **masks)
+            if ignored != params:
+                raise ReferenceError(
+                    f"offset=True is not supported: TFLite Micro ignores it and would take "
+                    f"{list(ignored.count)} elements from {list(ignored.start)} instead of "
+                    f"TFLite's {list(params.count)} from {list(params.start)}")
+    except ReferenceError as e:
+        raise ReferenceError(f"{ctx.where}: {str(e).removeprefix('STRIDED_SLICE: ')}") from None
+    _check_shape(ctx, params.out_shape)
+    return params
+
+
 def _check_shape(ctx: _OpContext, shape) -> None:
     if tuple(shape) != ctx.out.shape:
         raise ReferenceError(f"{ctx.where}: computed output shape {tuple(shape)} differs from "
@@ -897,6 +1038,11 @@ def _prep_transpose(ctx: _OpContext) -> Kernel:
     return lambda v: np.transpose(v[0], perm)
 
 
+def _prep_strided_slice(ctx: _OpContext) -> Kernel:
+    params = strided_slice_params(ctx.model, ctx.op, ctx.runtime)
+    return lambda v: strided_slice(v[0], params)
+
+
 def _prep_concatenation(ctx: _OpContext) -> Kernel:
     if ctx.activation() != "NONE":
         raise ctx.unsupported(f"fused activation {ctx.activation()}")
@@ -990,6 +1136,7 @@ _PREPARE: dict[str, Callable[[_OpContext], Kernel]] = {
     "PADV2": _prep_pad,
     "RESHAPE": _prep_reshape,
     "TRANSPOSE": _prep_transpose,
+    "STRIDED_SLICE": _prep_strided_slice,
     "CONCATENATION": _prep_concatenation,
     "RESIZE_NEAREST_NEIGHBOR": _prep_resize_nearest,
     "QUANTIZE": _prep_quantize,

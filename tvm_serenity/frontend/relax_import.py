@@ -38,8 +38,9 @@ restate and are shared with :class:`tvm_serenity.passes.LowerFakeQuant`:
 * SOFTMAX: the exponentials of the (at most 256) differences to the row maximum from lookup
   tables, then gemmlowp's fixed-point reciprocal, count-leading-zeros and rounding in Relax ops;
 * PAD, RESHAPE, TRANSPOSE, CONCATENATION, RESIZE_NEAREST_NEIGHBOR (two ``take`` with the
-  reference's source indices): data movement on int8; QUANTIZE from float32 and DEQUANTIZE to
-  float32 at the model's edges.
+  reference's source indices), STRIDED_SLICE (one ``take`` per sliced axis with the indices of
+  :func:`.reference.strided_slice_params`, then a ``reshape`` dropping shrunk axes): data
+  movement on int8; QUANTIZE from float32 and DEQUANTIZE to float32 at the model's edges.
 """
 
 from __future__ import annotations
@@ -536,6 +537,20 @@ def _lower_resize_nearest(c: _Op):
     return lambda x: R.take(R.take(x, rows, axis=1, mode="clip"), cols, axis=2, mode="clip")
 
 
+def _lower_strided_slice(c: _Op):
+    params = ref.strided_slice_params(c.model, c.op)
+    shape = c.tensor(0).shape
+    takes = [(k, relax.const(params.indices(k).astype(np.int32), "int32"))
+             for k in range(len(shape))
+             if (params.start[k], params.stride[k], params.count[k]) != (0, 1, shape[k])]
+
+    def body(x):
+        for axis, indices in takes:
+            x = R.take(x, indices, axis=axis, mode="clip")
+        return x if takes and not any(params.shrink) else R.reshape(x, c.out.shape)
+    return body
+
+
 def _lower_quantize(c: _Op):
     so, zo = c.scale_zp()
     if c.tensor(0).dtype == "float32":
@@ -586,6 +601,7 @@ _LOWER: dict[str, Lowering] = {
     "TRANSPOSE": lambda c: lambda x: R.permute_dims(
         x, [int(p) for p in c.tensor(1).data.reshape(-1)]),
     "CONCATENATION": _lower_concatenation,
+    "STRIDED_SLICE": _lower_strided_slice,
     "RESIZE_NEAREST_NEIGHBOR": _lower_resize_nearest,
     "QUANTIZE": _lower_quantize,
     "DEQUANTIZE": lambda c: lambda x: _dequantize(x, *c.scale_zp(0)),

@@ -6,12 +6,14 @@ its output tensor's bytes (elements x itemsize), shape and dtype, and attrs: ``t
 builtin name), ``tflite_index`` (operator index), ``tensor`` (TFLite tensor name) and the
 op-specific geometry below. Op names follow :mod:`tvm_serenity.zoo`: ``conv2d``,
 ``depthwise_conv2d``, ``avg_pool2d``, ``max_pool2d``, ``fully_connected``, ``mean``, ``add``,
-``mul``, ``concatenation``, ..., else the lower-cased TFLite name.
+``mul``, ``concatenation``, ``strided_slice``, ..., else the lower-cased TFLite name.
 
 * conv2d / depthwise_conv2d: ``kernel``, ``stride``, ``dilation``, ``padding`` as
   ``[top, bottom, left, right]`` (TFLite ``SAME`` puts the odd row/column at the bottom/right),
   ``groups``, ``in_shape``, ``out_shape``, ``activation`` (fused, lower-case, absent if none);
 * avg_pool2d / max_pool2d: ``kernel``, ``stride``, ``padding``, shapes;
+* strided_slice: ``begin``, ``end``, ``strides`` (the constant operands as stored),
+  ``begin_mask``, ``end_mask``, ``shrink_axis_mask`` (and ``offset`` when set), shapes;
 * others: ``in_shapes``/``out_shape`` and their parameters (``axis``, ``perm``, ...).
 
 In-place flags (graph IR semantics, docs/rip.md): convolutions, depthwise convolutions, pooling,
@@ -47,7 +49,8 @@ __all__ = ["tflite_to_graph", "foldable_pads", "GRAPH_OPS"]
 
 #: TFLite builtin -> graph IR op name (others: the TFLite name lower-cased).
 GRAPH_OPS = {"CONV_2D": "conv2d", "DEPTHWISE_CONV_2D": "depthwise_conv2d",
-             "AVERAGE_POOL_2D": "avg_pool2d", "MAX_POOL_2D": "max_pool2d"}
+             "AVERAGE_POOL_2D": "avg_pool2d", "MAX_POOL_2D": "max_pool2d",
+             "STRIDED_SLICE": "strided_slice"}
 
 _ELEMENTWISE = {"ADD", "MUL", "RELU", "RELU6", "RELU_N1_TO_1", "HARD_SWISH", "LOGISTIC",
                 "SOFTMAX", "QUANTIZE", "RESHAPE"}
@@ -202,6 +205,13 @@ def _params(model: TFLiteModel, op: Operator) -> dict[str, Any]:
         return {"paddings": const(1)}
     if op.op == "TRANSPOSE":
         return {"perm": const(1)}
+    if op.op == "STRIDED_SLICE":
+        attrs = {"begin": const(1), "end": const(2), "strides": const(3),
+                 **{k: int(o.get(k, 0)) for k in ("begin_mask", "end_mask",
+                                                  "shrink_axis_mask")}}
+        if o.get("offset"):
+            attrs["offset"] = True
+        return attrs
     if op.op == "CONCATENATION":
         return {"axis": o.get("axis", 0)}
     if op.op == "RESIZE_NEAREST_NEIGHBOR":
