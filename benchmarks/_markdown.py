@@ -42,7 +42,7 @@ def geomean(values) -> float:
 
 
 # Sections in reading order: the peers first, then each mechanism, then the boards.
-SECTION_ORDER = ["peers", "schedule", "rewrite", "alloc", "rip", "deploy"]
+SECTION_ORDER = ["peers", "schedule", "rewrite", "alloc", "tvm", "rip", "deploy"]
 _SECTION = re.compile(r"<!-- BEGIN (\S+) -->\n.*?\n<!-- END \1 -->", re.S)
 
 

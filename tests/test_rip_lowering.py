@@ -18,8 +18,8 @@ import tvm_serenity.passes as sp
 from tvm_serenity.frontend import reference as ref
 from tvm_serenity.frontend import relax_import as ri
 from tvm_serenity.frontend.builder import ModelBuilder
-from tvm_serenity.frontend.reference import output_size, same_padding
 from tvm_serenity.frontend.tflite_model import load_tflite
+from tflite_cases import add_conv
 from tvm_serenity.passes.convert import is_op
 from tvm_serenity.passes.rip import SPECS_ATTR, conv_kernel_spec
 
@@ -30,42 +30,21 @@ KEPT = {"main:t3": "input is a function parameter",
         "main:t6": "input is read by a later binding"}
 
 
-def _conv(b, rng, x, shape, op, cout, kernel, stride, padding, act, q):
-    _, h, w, cin = shape
-    if op == "CONV_2D":
-        wshape, axis = (cout, *kernel, cin), 0
-    else:
-        cout, wshape, axis = cin, (1, *kernel, cin), 3
-    wt = b.add_tensor(wshape, scale=rng.uniform(0.002, 0.02, cout), axis=axis,
-                      data=rng.integers(-127, 128, wshape))
-    bias = b.add_tensor((cout,), "int32", data=rng.integers(-3000, 3000, cout))
-    pt, pb, pl, pr = same_padding(padding, (h, w), kernel, stride, (1, 1))
-    out = (1, output_size(h, kernel[0], stride[0], 1, pt, pb),
-           output_size(w, kernel[1], stride[1], 1, pl, pr), cout)
-    y = b.add_tensor(out, scale=q[0], zero_point=q[1])
-    opts = {"padding": padding, "stride_h": stride[0], "stride_w": stride[1],
-            "dilation_h_factor": 1, "dilation_w_factor": 1, "fused_activation_function": act}
-    if op != "CONV_2D":
-        opts["depth_multiplier"] = 1
-    b.add_operator(op, [x, wt, bias], [y], opts)
-    return y, out
-
-
 def _model_bytes() -> bytes:
     """x -> conv3x3 (a) -> depthwise (c) ; add(a, c) -> pointwise -> depthwise s2 -> conv 3x1."""
     rng = np.random.default_rng(0)
     b = ModelBuilder()
     x = b.add_tensor(IN_SHAPE, scale=0.05, zero_point=-3)
-    a, sa = _conv(b, rng, x, IN_SHAPE, "CONV_2D", 12, (3, 3), (1, 1), "SAME", "RELU6",
+    a, sa = add_conv(b, rng, x, IN_SHAPE, "CONV_2D", 12, (3, 3), (1, 1), "SAME", "RELU6",
                   (0.06, -5))
-    c, _ = _conv(b, rng, a, sa, "DEPTHWISE_CONV_2D", 12, (3, 3), (1, 1), "SAME", "NONE",
+    c, _ = add_conv(b, rng, a, sa, "DEPTHWISE_CONV_2D", 12, (3, 3), (1, 1), "SAME", "NONE",
                  (0.06, -5))
     s = b.add_tensor(sa, scale=0.07, zero_point=2)
     b.add_operator("ADD", [a, c], [s], {"fused_activation_function": "NONE"})
-    d, sd = _conv(b, rng, s, sa, "CONV_2D", 16, (1, 1), (1, 1), "VALID", "RELU", (0.05, 7))
-    e, se = _conv(b, rng, d, sd, "DEPTHWISE_CONV_2D", 16, (3, 3), (2, 2), "SAME", "RELU6",
+    d, sd = add_conv(b, rng, s, sa, "CONV_2D", 16, (1, 1), (1, 1), "VALID", "RELU", (0.05, 7))
+    e, se = add_conv(b, rng, d, sd, "DEPTHWISE_CONV_2D", 16, (3, 3), (2, 2), "SAME", "RELU6",
                   (0.05, -9))
-    f, _ = _conv(b, rng, e, se, "CONV_2D", 8, (3, 1), (2, 1), "VALID", "NONE", (0.1, 3))
+    f, _ = add_conv(b, rng, e, se, "CONV_2D", 8, (3, 1), (2, 1), "VALID", "NONE", (0.1, 3))
     return b.build([x], [f])
 
 

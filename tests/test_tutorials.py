@@ -28,7 +28,9 @@ def test_tutorial_runs(script, tmp_path):
     assert "Traceback" not in proc.stderr
     if script.stem.startswith("03"):       # demo model: dual buffering is refused, RiP runs
         assert "over by" in proc.stdout and "Right In-Place: arena" in proc.stdout
+    if script.stem.startswith("04"):       # the rewrite is kept and lowers the peak
+        assert "kept channel_partition" in proc.stdout
 
 
-def test_there_are_three_tutorials():
-    assert [p.stem[:2] for p in TUTORIALS] == ["01", "02", "03"]
+def test_there_are_four_tutorials():
+    assert [p.stem[:2] for p in TUTORIALS] == ["01", "02", "03", "04"]

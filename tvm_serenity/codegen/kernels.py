@@ -88,7 +88,8 @@ def _let(name: str, value, dtype: str = "int32"):
 
 
 def _store(buffer, index, value):
-    T.buffer_store(buffer, value, [index])
+    """``buffer[index] = value``; ``index`` one expression or a tuple (multi-dimensional)."""
+    T.buffer_store(buffer, value, list(index) if isinstance(index, tuple) else [index])
 
 
 def _local(name: str, elements: int = 1):

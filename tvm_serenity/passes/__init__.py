@@ -2,6 +2,8 @@
 
 * :class:`LowerFakeQuant`: rewrites dequantize -> float op -> quantize into integer kernels;
 * :class:`FoldPad`: folds explicit int8 PADs into the padding of the convolutions reading them;
+* :class:`IdentityGraphRewrite`: channel-/kernel-wise partitioning of concat -> conv where the
+  optimal peak drops;
 * :class:`MemoryAwareSchedule`: reorders every dataflow block for minimum peak memory;
 * :class:`RiPLowering` (with :class:`RiPAnnotate`): int8 convolutions that are their input's last
   consumer run as in-place Right-in-Place kernels (``R.call_tir_inplace``);
@@ -22,6 +24,7 @@ from .foldpad import FoldPad
 from .pipeline import (AFTER_SCHEDULE, BEFORE_LEGALIZE, PIPELINE_NAME, pipeline_report,
                        register, serenity_pipeline)
 from .schedule import BlockSchedule, MemoryAwareSchedule, ScheduleReport, read_report
+from .rewrite import BlockRewrite, IdentityGraphRewrite, RewriteReport
 from .rip import RiPAnnotate, RiPLowering
 
 register()
@@ -30,4 +33,5 @@ __all__ = ["LowerFakeQuant", "FoldPad", "MemoryAwareSchedule", "ScheduleReport",
            "ArenaPlan", "ArenaReport", "FunctionArena", "static_plan_bytes", "serenity_pipeline",
            "pipeline_report", "read_report", "BEFORE_LEGALIZE", "AFTER_SCHEDULE", "PIPELINE_NAME",
            "BlockGraph", "ConversionError", "PassError", "block_graph", "graph_of_bindings",
-           "with_blocks", "RiPAnnotate", "RiPLowering"]
+           "with_blocks", "RiPAnnotate", "RiPLowering", "IdentityGraphRewrite", "RewriteReport",
+           "BlockRewrite"]

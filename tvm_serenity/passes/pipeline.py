@@ -50,17 +50,19 @@ def serenity_pipeline(*, method: str = "serenity", time_limit: float | None = No
                       inplace: bool = True, planner: str = "optimal",
                       alignment: int = HOST_ALIGNMENT, plan_time_limit: float | None = None,
                       target: tvm.target.Target | str | None = None,
-                      rip: bool = False) -> tvm.transform.Sequential:
+                      rip: bool = False, rewrite: bool = True) -> tvm.transform.Sequential:
     """The serenity pipeline as one ``Sequential`` (see the module docstring).
 
     ``method``, ``time_limit``, ``inplace``: :class:`MemoryAwareSchedule`; ``planner``,
     ``alignment``, ``plan_time_limit``: :class:`ArenaPlan`; ``target``: handed to TVM's stage
     lists (default: the current target, else ``llvm``); ``rip``: enable
-    :class:`~.rip.RiPLowering` (off by default: on llvm it adds copies, see its docstring).
+    :class:`~.rip.RiPLowering` (off by default: on llvm it adds copies, see its docstring);
+    ``rewrite``: :class:`~.rewrite.IdentityGraphRewrite` (``method`` and ``time_limit`` also
+    judge its trials).
     """
     options = {"method": method, "time_limit": time_limit, "inplace": inplace,
                "planner": planner, "alignment": alignment, "plan_time_limit": plan_time_limit,
-               "rip": rip}
+               "rip": rip, "rewrite": rewrite}
     if isinstance(target, str):
         target = tvm.target.Target(target)
     target = target or tvm.target.Target.current(allow_none=True) or tvm.target.Target("llvm")
@@ -85,6 +87,9 @@ def register() -> None:
 
 def pipeline_report(mod: tvm.IRModule) -> dict:
     """What the pipeline's passes decided for ``mod`` (the module the pipeline returned):
-    ``{"schedule": ..., "arena": ...}``, each the pass's JSON report or None if it did not run."""
-    return {"schedule": read_report(mod, schedule.REPORT_ATTR),
+    ``{"rewrite": ..., "schedule": ..., "arena": ...}``, each the pass's JSON report or None if
+    it did not run."""
+    from .rewrite import REPORT_ATTR as REWRITE_ATTR     # rewrite registers into this module
+    return {"rewrite": read_report(mod, REWRITE_ATTR),
+            "schedule": read_report(mod, schedule.REPORT_ATTR),
             "arena": read_report(mod, arena.REPORT_ATTR)}

@@ -94,9 +94,10 @@ KERNEL = "kernel_partition"
 UNARY = "unary_pushdown"
 
 CONCAT_OPS = frozenset({"concatenation", "concat"})
-#: Elementwise, one input, per-tensor parameters: commute with a same-quantization concat.
+#: Elementwise, one input, per-tensor parameters: commute with a same-quantization concat
+#: (``lookup_table``: an int8 function given by its 256 values, the Relax importer's form).
 PUSHABLE_OPS = frozenset({"relu", "relu6", "relu_n1_to_1", "leaky_relu", "hard_swish",
-                          "logistic", "tanh"})
+                          "logistic", "tanh", "lookup_table"})
 #: Bytes per element of the partial-sum accumulator (int32 for int8/uint8 convolutions).
 ACCUMULATOR_BYTES = 4
 _QUANTIZED = frozenset({"int8", "uint8"})
@@ -255,13 +256,17 @@ def _without(attrs, keys) -> dict:
 
 
 def apply_rewrite(graph: Graph, candidate: Candidate, order: Sequence[int] | None = None,
-                  accumulator_bytes: int = ACCUMULATOR_BYTES) -> Graph:
+                  accumulator_bytes: int = ACCUMULATOR_BYTES,
+                  requantize_inplace: bool = True) -> Graph:
     """``graph`` with ``candidate`` rewritten (module docstring); ``order`` is the order in
     which the concat's inputs (by index) are accumulated, default their concat order.
 
     ``accumulator_bytes`` is the size of one accumulator element: 4 (int32) is the only value
     that keeps int8 results bit-identical; 1 prices the accumulator like the int8 output, the
-    paper's accounting, for what-if comparisons only."""
+    paper's accounting, for what-if comparisons only. ``requantize_inplace=False`` makes the
+    channel-wise requantize a plain node (the int8 result in a buffer of its own, the
+    accumulator freed after it): how a target without in-place type-changing calls runs it
+    (Relax on the host, see :mod:`tvm_serenity.passes.rewrite`)."""
     found = _match(graph, graph[candidate.consumer]) if candidate.consumer in graph.nodes \
         else None
     if found != candidate:
@@ -302,8 +307,8 @@ def apply_rewrite(graph: Graph, candidate: Candidate, order: Sequence[int] | Non
         attrs = {"rewrite": {"pattern": CHANNEL, **common, "role": "requantize"}}
         if "activation" in y.attrs:
             attrs["activation"] = y.attrs["activation"]
-        b.add(Node(y.name, "requantize", (prev,), y.bytes, y.shape, y.dtype, attrs, "alias"),
-              replace=True)
+        b.add(Node(y.name, "requantize", (prev,), y.bytes, y.shape, y.dtype, attrs,
+                   "alias" if requantize_inplace else None), replace=True)
     else:
         multiplier = y.shape[3] // graph[candidate.concat].shape[3]
         slice_attrs = _without(y.attrs, _SHAPE_ATTRS)

@@ -98,12 +98,14 @@ def _units(candidates: list[Candidate]) -> list[tuple[Candidate, ...]]:
 
 def rewrite_graph(graph: Graph, inplace: bool = True, time_limit: float | None = None,
                   method: str = "serenity",
-                  accumulator_bytes: int = ACCUMULATOR_BYTES) -> RewriteResult:
+                  accumulator_bytes: int = ACCUMULATOR_BYTES,
+                  requantize_inplace: bool = True) -> RewriteResult:
     """Rewrite ``graph`` where it lowers the scheduler's peak (module docstring).
 
     ``time_limit`` bounds each scheduler call (seconds, None: none); ``method`` is the
     scheduling method judging the trials (an exact one, so that "lower" means a lower optimum);
-    ``accumulator_bytes`` as in :func:`.patterns.apply_rewrite` (keep the default: int32).
+    ``accumulator_bytes`` and ``requantize_inplace`` as in :func:`.patterns.apply_rewrite`
+    (keep the default accumulator: int32).
     """
     t0 = time.perf_counter()
     before = schedule(graph, method, inplace=inplace, time_limit=time_limit)
@@ -123,7 +125,7 @@ def rewrite_graph(graph: Graph, inplace: bool = True, time_limit: float | None =
             for cand in unit:
                 trial_graph = apply_rewrite(trial_graph, cand,
                                             accumulation_order(current, cand, best.order),
-                                            accumulator_bytes)
+                                            accumulator_bytes, requantize_inplace)
             result = schedule(trial_graph, method, inplace=inplace, time_limit=time_limit)
             kept = result.peak_bytes < best.peak_bytes
             trials.append(Trial(unit, result.peak_bytes, result.optimal, kept, result.seconds))
