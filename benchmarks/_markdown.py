@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,3 +58,12 @@ def write_section(name: str, markdown: str, path: Path = BENCHMARKS_MD) -> None:
                                               if n in SECTION_ORDER else len(SECTION_ORDER), n))
     path.write_text(header.rstrip() + "\n\n" + "\n\n".join(sections[n] for n in ordered)
                     + "\n")
+
+
+def publish(name: str, markdown: str, started: float, write: bool) -> None:
+    """Print a benchmark's markdown with its total time (since ``time.perf_counter()`` was
+    ``started``) and, with ``write``, make it section ``name`` of BENCHMARKS.md."""
+    markdown += f"\nTotal benchmark time {time.perf_counter() - started:.0f} s.\n"
+    print(markdown)
+    if write:
+        write_section(name, markdown)

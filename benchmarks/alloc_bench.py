@@ -29,7 +29,7 @@ from tvm_serenity.graph import Graph
 from tvm_serenity.memory import liveness
 from tvm_serenity.schedule import schedule
 
-from ._markdown import SHARED_MODELS, geomean, table, write_section
+from ._markdown import SHARED_MODELS, geomean, publish, table
 
 ORDERS = ["stored", "serenity"]
 #: (in-place aware memory model, alignment): the first one gets the full table.
@@ -171,10 +171,7 @@ def main(argv=None) -> int:
             print(f"{r.graph} {r.order} inplace={r.inplace} a={r.alignment}: peak {r.peak} "
                   f"{r.arena} {r.status} {r.seconds:.2f}s", flush=True)
     markdown = report(rows, args.time_limit)
-    markdown += f"\nTotal benchmark time {time.perf_counter() - t0:.0f} s.\n"
-    print(markdown)
-    if args.write:
-        write_section("alloc", markdown)
+    publish("alloc", markdown, t0, args.write)
     return 0
 
 

@@ -17,13 +17,14 @@ BENCHMARKS.md.
 from __future__ import annotations
 
 import argparse
+import time
 from dataclasses import dataclass
 
 from tvm_serenity import zoo
 from tvm_serenity.rewrite import find_candidates, rewrite_graph
 from tvm_serenity.schedule import schedule
 
-from ._markdown import geomean, table, write_section
+from ._markdown import geomean, publish, table
 
 PAPER_DP, PAPER_REWRITE = 1.68, 1.86
 
@@ -119,11 +120,9 @@ def main(argv=None) -> int:
     ap.add_argument("--time-limit", type=float, default=60.0, metavar="SEC",
                     help="limit of each scheduler call (default 60)")
     args = ap.parse_args(argv)
+    t0 = time.perf_counter()
     rows = [measure(name, args.time_limit) for name in selected(args.quick)]
-    markdown = report(rows)
-    print(markdown)
-    if args.write:
-        write_section("rewrite", markdown)
+    publish("rewrite", report(rows), t0, args.write)
     return 0
 
 

@@ -22,7 +22,7 @@ from tvm_serenity import zoo
 from tvm_serenity.memory import lower_bound_bytes
 from tvm_serenity.schedule import schedule
 
-from ._markdown import geomean, table, write_section
+from ._markdown import geomean, publish, table
 
 BASELINES = ["stored", "kahn", "dfs", "rpo", "random"]
 QUICK = ["darts_v2_normal_cifar", "nasnet_a_reduction_mobile", "randwire_cifar10_C40_s0",
@@ -101,10 +101,7 @@ def main(argv=None) -> int:
         1.0 if args.quick else 10.0)
     t0 = time.perf_counter()
     markdown = run(names, limit, args.time_limit)
-    markdown += f"\nTotal benchmark time {time.perf_counter() - t0:.0f} s.\n"
-    print(markdown)
-    if args.write:
-        write_section("schedule", markdown)
+    publish("schedule", markdown, t0, args.write)
     return 0
 
 

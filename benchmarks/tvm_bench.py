@@ -74,7 +74,7 @@ from tvm_serenity.frontend.interpreters import (LITERT, TFLM, available, model_i
                                                 run_interpreter)
 from tvm_serenity.frontend.relax_import import from_tflite
 
-from ._markdown import SHARED_MODELS, geomean, table, write_section
+from ._markdown import SHARED_MODELS, geomean, publish, table
 
 MODELS = ["tinyengine/vww.tflite", "mcunet/mcunet-320kb-1mb_imagenet.tflite",
           "keras/mobilenet_v1_025_128.tflite", "keras/mobilenet_v2_035_96.tflite",
@@ -413,10 +413,7 @@ def main(argv=None) -> int:
     inputs = args.inputs or (QUICK_INPUTS if args.quick else INPUTS)
     t0 = time.perf_counter()
     rows = run(select(names), inputs)
-    markdown = render(rows) + f"\nTotal benchmark time {time.perf_counter() - t0:.0f} s.\n"
-    print(markdown)
-    if args.write:
-        write_section("tvm", markdown)
+    publish("tvm", render(rows), t0, args.write)
     return 0
 
 

@@ -34,9 +34,19 @@ from typing import Any, Iterable, Mapping
 
 from .errors import SerenityError
 
-__all__ = ["GraphError", "Node", "Graph", "INPUT_OP"]
+__all__ = ["GraphError", "Node", "Graph", "INPUT_OP", "unique_name"]
 
 INPUT_OP = "input"
+
+
+def unique_name(base: str, taken, *, start: int = 2, sep: str = "_") -> str:
+    """``base`` if it is not in ``taken``, else the first free one of ``base<sep><start>``,
+    ``base<sep><start + 1>``, ... (how every producer of node names keeps them unique)."""
+    name, k = base, start
+    while name in taken:
+        name = f"{base}{sep}{k}"
+        k += 1
+    return name
 
 
 class GraphError(SerenityError, ValueError):

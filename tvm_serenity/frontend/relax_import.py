@@ -56,6 +56,7 @@ import tvm
 from tvm import relax
 from tvm.script import relax as R
 
+from ..graph import unique_name
 from . import reference as ref
 from .tflite_model import Operator, TFLiteModel, check_operators, load_tflite
 from .to_graph import GRAPH_OPS
@@ -433,11 +434,7 @@ def tensor_var_names(model: TFLiteModel) -> dict[int, str]:
     for index, head in heads.items():
         if common and head.startswith(common[0] + "/"):
             head = head[len(common[0]) + 1:]
-        base = name = _sanitize(head) or f"tensor_{index}"
-        k = 0
-        while name in taken:
-            k += 1
-            name = f"{base}_{k}"
+        name = unique_name(_sanitize(head) or f"tensor_{index}", taken, start=1)
         taken.add(name)
         out[index] = name
     return out

@@ -34,7 +34,6 @@ on the pass instance as ``.report`` (:class:`ArenaReport`) and as JSON in the mo
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field, replace
 
 import tvm
@@ -42,7 +41,7 @@ from tvm import relax
 
 from ..graph import Graph
 from .convert import (ConversionError, PassError, graph_of_bindings, is_op, is_view,
-                      relax_functions, type_bytes, with_blocks)
+                      relax_functions, type_bytes, with_blocks, with_report)
 
 __all__ = ["ArenaPlan", "ArenaReport", "FunctionArena", "REPORT_ATTR", "HOST_ALIGNMENT",
            "static_plan_bytes"]
@@ -164,11 +163,7 @@ class ArenaPlan:
                 entry, updates[gvar] = planned
                 report.functions.append(entry)
         self.report = report
-        if updates:
-            mod = mod.clone()
-            for gvar, func in updates.items():
-                mod[gvar] = func
-        return mod.with_attr(REPORT_ATTR, json.dumps(report.to_json()))
+        return with_report(mod, updates, REPORT_ATTR, report.to_json())
 
     def _plan_function(self, mod: tvm.IRModule, fname: str, func: relax.Function,
                        static: dict[str, int]):

@@ -33,6 +33,7 @@ read, reordered and read again.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from math import prod
 from typing import Callable, Iterable, Mapping, Sequence, Union
@@ -41,12 +42,12 @@ import tvm
 from tvm import relax
 
 from ..errors import SerenityError
-from ..graph import INPUT_OP, Graph, Node
+from ..graph import INPUT_OP, Graph, Node, unique_name
 from ..memory import validate_order
 
 __all__ = ["PassError", "ConversionError", "BlockGraph", "type_bytes", "graph_of_bindings",
            "block_graph", "vars_used_after", "with_blocks", "relax_functions", "is_op",
-           "is_view"]
+           "is_view", "with_report"]
 
 # What a variable refers to in memory: the node names of the tensors holding it, or, for a
 # tuple literal, one such reference per field (so that an item of it names only its field).
@@ -155,11 +156,7 @@ class _Reader:
         self.taken: set[str] = set()
 
     def unique(self, var: relax.Var) -> str:
-        base = var.name or "v"
-        name, k = base, 0
-        while name in self.taken:
-            k += 1
-            name = f"{base}_{k}"
+        name = unique_name(var.name or "v", self.taken, start=1)
         self.taken.add(name)
         self.name[var] = name
         return name
@@ -310,3 +307,13 @@ def with_blocks(func: relax.Function, blocks: Sequence[relax.BindingBlock]) -> r
     new = relax.Function(func.params, relax.SeqExpr(list(blocks), func.body.body),
                          func.ret_ty, func.is_pure, func.attrs, func.span)
     return relax.BlockBuilder().normalize(new)
+
+
+def with_report(mod: tvm.IRModule, updates: Mapping, attr: str, report: dict) -> tvm.IRModule:
+    """``mod`` with the functions in ``updates`` (global var -> function) replaced and the JSON
+    ``report`` of the pass that decided them in module attribute ``attr``."""
+    if updates:
+        mod = mod.clone()
+        for gvar, func in updates.items():
+            mod[gvar] = func
+    return mod.with_attr(attr, json.dumps(report))

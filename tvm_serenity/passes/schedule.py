@@ -27,7 +27,7 @@ from tvm import relax
 from ..memory import simulate
 from ..schedule import METHODS, schedule
 from .convert import (ConversionError, PassError, graph_of_bindings, relax_functions,
-                      vars_used_after, with_blocks)
+                      vars_used_after, with_blocks, with_report)
 
 __all__ = ["MemoryAwareSchedule", "ScheduleReport", "BlockSchedule", "REPORT_ATTR",
            "read_report"]
@@ -125,11 +125,7 @@ class MemoryAwareSchedule:
             if body is not func.body:
                 updates[gvar] = with_blocks(func, body.blocks)
         self.report = report
-        if updates:
-            mod = mod.clone()
-            for gvar, func in updates.items():
-                mod[gvar] = func
-        return mod.with_attr(REPORT_ATTR, json.dumps(report.to_json()))
+        return with_report(mod, updates, REPORT_ATTR, report.to_json())
 
     def _schedule_seq(self, seq: relax.SeqExpr, fname: str, path: str,
                       report: ScheduleReport) -> relax.SeqExpr:

@@ -84,7 +84,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..graph import Graph, GraphError, Node
+from ..graph import Graph, GraphError, Node, unique_name
 
 __all__ = ["CHANNEL", "KERNEL", "UNARY", "CONCAT_OPS", "PUSHABLE_OPS", "ACCUMULATOR_BYTES",
            "Branch", "Candidate", "concat_branches", "find_candidates", "apply_rewrite"]
@@ -213,11 +213,7 @@ class _Builder:
         self.order: list[str] = list(graph.nodes)
 
     def fresh(self, hint: str) -> str:
-        name, k = hint, 1
-        while name in self.nodes:
-            k += 1
-            name = f"{hint}_{k}"
-        return name
+        return unique_name(hint, self.nodes)
 
     def add(self, node: Node, replace: bool = False) -> str:
         if replace:

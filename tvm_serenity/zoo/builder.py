@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 
-from ..graph import Graph, Node
+from ..graph import Graph, Node, unique_name
 from ..rip import rip_workspace_bytes
 
 __all__ = ["NetBuilder", "same_padding"]
@@ -44,19 +44,12 @@ class NetBuilder:
         self._memo: dict[tuple, str] = {}
 
     # ------------------------------------------------------------------------- plumbing
-    def _unique(self, hint: str) -> str:
-        name, k = hint, 1
-        while name in self._nodes:
-            k += 1
-            name = f"{hint}_{k}"
-        return name
-
     def _add(self, hint: str, op: str, inputs: tuple[str, ...], hwc: tuple[int, int, int],
              inplace=None, attrs=None, memo: bool = False) -> str:
         key = (op, inputs, json.dumps(attrs or {}, sort_keys=True))
         if memo and key in self._memo:
             return self._memo[key]
-        name = self._unique(hint)
+        name = unique_name(hint, self._nodes)
         h, w, c = hwc
         self._nodes[name] = Node(name, op, inputs, h * w * c, shape=(1, h, w, c),
                                  dtype="int8", attrs=dict(attrs or {}), inplace=inplace)
