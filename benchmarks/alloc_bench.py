@@ -130,7 +130,7 @@ def report(rows: list[Row], time_limit: float) -> str:
     main = [r for r in rows if (r.inplace, r.alignment) == CONFIGS[0]]
     at_peak = sum(r.arena["optimal"] == r.peak for r in main)
     return (
-        "### Arena planning (`alloc`)\n\n"
+        "## Arena planning (`alloc`)\n\n"
         "Arena bytes of one static arena holding every tensor (graph input and output "
         "included) for a fixed order. `linear` and `greedy` are TFLite Micro's planners, "
         "`bestfit` TFLite's ArenaPlanner + SimpleMemoryArena, re-implemented (the greedy one "
@@ -147,9 +147,9 @@ def report(rows: list[Row], time_limit: float) -> str:
         f"**The optimal arena equals the liveness peak on {at_peak} of {len(main)} "
         f"graph/order pairs ({at_peak / len(main):.0%})** (in-place memory model, "
         "alignment 1).\n\n"
-        "#### In-place (RiP) aware memory model, alignment 1\n\n"
+        "### In-place (RiP) aware memory model, alignment 1\n\n"
         f"{main_table(main)}\n\n"
-        "#### Summary: every configuration\n\n"
+        "### Summary: every configuration\n\n"
         "`X = lower bound`: share of plans whose arena meets the lower bound (the liveness "
         "peak with sizes padded to the alignment); `X / optimal`: geomean arena ratio.\n\n"
         f"{summary_table(rows)}\n")

@@ -109,7 +109,8 @@ def render(results: list[dict]) -> str:
                   else "n/a (dual-buffer build does not fit the Pico)")
         summary.append([model, f"{100 * (1 - rip['arena'] / dual['arena']):.1f}%", cycles,
                         f"{rip['qemu'] / dual['qemu']:.5f}", rip["inplace"], rip["moves"]])
-    text = ["Dual-buffer (`rip=False`) vs Right In-Place (`rip=True`) builds from "
+    text = ["## Deploying to the Pico and the Pico 2 (`deploy`)\n\n"
+            "Dual-buffer (`rip=False`) vs Right In-Place (`rip=True`) builds from "
             "`tvm_serenity.deploy.compile_tflite` (schedule `serenity`, planner `optimal`, "
             "`-Os` firmware with the model at `-O2`). Arena, scratch (kernel gather buffers "
             "outside the arena) and stack (painted high-water mark in rp2040js) are the "

@@ -69,10 +69,10 @@ def run(names: list[str], textbook_limit: float, time_limit: float) -> str:
         summary = ", ".join(f"{geomean(r):.3f}x over {len(r)} {kind}s"
                             for kind, r in ratios.items() if r)
         every = ratios["cell"] + ratios["network"]
-        sections.append(f"#### {title}\n\n{table(cols, rows)}\n\n"
+        sections.append(f"### {title}\n\n{table(cols, rows)}\n\n"
                         f"Geomean stored/SERENITY: **{geomean(every):.3f}x** over {len(every)} "
                         f"graphs ({summary}).")
-    intro = (f"### Memory-aware scheduling (`schedule`)\n\n"
+    intro = (f"## Memory-aware scheduling (`schedule`)\n\n"
              f"Liveness peak in KiB of int8 activations per order (`tvm_serenity.memory`); "
              f"`random` = best of 100 random topological orders; SERENITY = method "
              f"`serenity` (divide and conquer + exact search, limit {time_limit:g} s); "

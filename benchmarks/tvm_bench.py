@@ -346,7 +346,7 @@ def summary(rows: list[Row]) -> str:
 
 def render(rows: list[Row]) -> str:
     return (
-        "### The serenity Relax pipeline vs TVM's memory plan (`tvm`)\n\n"
+        "## The serenity Relax pipeline vs TVM's memory plan (`tvm`)\n\n"
         "Each model imported by our int8 Relax importer and compiled once with "
         "`tvm.compile(mod, target=\"llvm\", relax_pipeline=\"serenity\")` (identity graph "
         "rewriting, exact `serenity` schedule, `optimal` arena planner, 64 B alignment). Bytes "
