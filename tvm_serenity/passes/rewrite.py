@@ -165,6 +165,20 @@ class _Kernels:
     tables: dict[str, np.ndarray] = field(default_factory=dict)
 
 
+def _convolves(func: relax.Function, args) -> bool:
+    """Whether the kernel has a ``conv2d`` with real weights (not the all-ones window sum of
+    the importer's average pooling)."""
+    params = list(func.params)
+    for b in func.body.blocks[0].bindings:
+        if is_op(b.value, "relax.nn.conv2d"):
+            w = b.value.args[1]
+            if w in params and isinstance(args[params.index(w)], tvm.ir.Constant):
+                w = args[params.index(w)]
+            if not (isinstance(w, tvm.ir.Constant) and np.all(w.value.numpy() == 1)):
+                return True
+    return False
+
+
 def _conv_reason(func, spec, consts) -> str | None:
     """Why a kernel containing a ``conv2d`` cannot be partitioned (None: it can)."""
     if spec is None:
@@ -203,7 +217,7 @@ def _annotated(graph: Graph, bg, mod, report: RewriteReport, where: str
                                attrs={**node.attrs, "axis": _concat_axis(func)})
             else:
                 problems[node.name] = f"concat '{kname}' reads a constant or one tensor twice"
-        elif any(is_op(b.value, "relax.nn.conv2d") for b in func.body.blocks[0].bindings):
+        elif _convolves(func, args):
             convs[node.name] = name_of.get(args[0]) if isinstance(args[0], relax.Var) else None
             spec = conv_kernel_spec(func)
             consts = conv_kernel_constants(spec, args) if spec is not None else None
