@@ -1,0 +1,76 @@
+"""compile_relax / run_relax: an int8 .tflite through the serenity Relax pipeline to a host
+library, run on the Relax VM and checked against the reference interpreter."""
+
+import json
+
+import numpy as np
+import pytest
+
+from test_rewrite_pass import concat_cell
+from tvm_serenity.errors import SerenityError
+from tvm_serenity.frontend import reference
+from tvm_serenity.frontend.tflite_model import load_tflite
+from tvm_serenity.relax_deploy import (INPUTS_FILE, LIBRARY_FILE, REPORT_FILE, compile_relax,
+                                       is_relax_build, run_relax)
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("relax")
+    path = concat_cell(tmp, branches=4)
+    return path, compile_relax(path, tmp / "out")
+
+
+def test_compile_writes_library_report_and_inputs(build):
+    path, b = build
+    assert is_relax_build(b.out_dir) and not is_relax_build(b.out_dir.parent)
+    for name in (LIBRARY_FILE, REPORT_FILE, INPUTS_FILE):
+        assert (b.out_dir / name).is_file()
+    report = json.loads((b.out_dir / REPORT_FILE).read_text())
+    assert report == b.report and report["model"] == str(path.resolve())
+    passes = report["passes"]
+    assert passes["rewrite"]["applied"] == 1                   # the cell's concat -> conv
+    arena = passes["arena"]["functions"][0]
+    assert arena["liveness_peak_bytes"] <= arena["arena_bytes"] <= arena["static_plan_bytes"]
+    summary = b.summary()
+    assert "identity rewrites kept: 1" in summary
+    assert f"arena {arena['arena_bytes']:,} B" in summary
+    assert f"StaticPlanBlockMemory {arena['static_plan_bytes']:,} B" in summary
+
+
+def test_run_is_bit_exact_on_saved_and_given_inputs(build):
+    path, b = build
+    model = load_tflite(path)
+    with np.load(b.out_dir / INPUTS_FILE) as saved:
+        x = saved["input0"]
+    result = run_relax(b.out_dir)
+    assert result.checked and np.array_equal(result.outputs[0], reference.run(model, [x])[0])
+    other = np.random.default_rng(9).integers(-128, 128, x.shape).astype(np.int8)
+    result = run_relax(b.out_dir, other.tobytes())
+    assert np.array_equal(result.outputs[0], reference.run(model, [other])[0])
+    assert result.to_json()["outputs"][0]["shape"] == list(result.outputs[0].shape)
+
+
+def test_run_rejects_bad_inputs_and_directories(build, tmp_path):
+    _, b = build
+    with pytest.raises(SerenityError, match=r"the input has 3 bytes, input '\w+' takes 256 "
+                                            r"\(int8 \[1, 8, 8, 4\]\)"):
+        run_relax(b.out_dir, b"abc")
+    with pytest.raises(SerenityError, match="is not a Relax build"):
+        run_relax(tmp_path)
+
+
+def test_check_catches_a_different_model(build, tmp_path):
+    """The check compares with the reference of the model the report names: point it at a
+    model with other weights (same shapes) and the run must fail."""
+    _, b = build
+    other = concat_cell(tmp_path, branches=4, seed=1)
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in (LIBRARY_FILE, INPUTS_FILE):
+        (copy / name).write_bytes((b.out_dir / name).read_bytes())
+    (copy / REPORT_FILE).write_text(json.dumps({**b.report, "model": str(other)}))
+    with pytest.raises(SerenityError, match="output 0 of the Relax VM differs from the "
+                                            "reference interpreter"):
+        run_relax(copy)
+    assert not run_relax(copy, check=False).checked

@@ -1,0 +1,197 @@
+"""An int8 ``.tflite`` compiled by TVM with the ``"serenity"`` Relax pipeline, for the host.
+
+What ``tvmc compile --target llvm`` / ``tvmc run`` did, on Relax: :func:`compile_relax` imports
+the model with :func:`tvm_serenity.frontend.relax_import.from_tflite` (integer semantics,
+bit-exact with TFLite Micro), runs :func:`tvm_serenity.passes.serenity_pipeline` (identity
+graph rewriting, memory-aware order, the arena planner instead of ``StaticPlanBlockMemory``)
+and writes into ``out_dir``::
+
+    model.so       the Relax VM executable (``export_library``), loadable with
+                   ``tvm.runtime.load_module`` and ``relax.VirtualMachine``
+    relax.json     what the passes decided (:func:`~tvm_serenity.passes.pipeline_report`:
+                   rewrites kept, schedule peaks and lower bound, arena vs TVM's own
+                   ``StaticPlanBlockMemory`` total for the same module) and the model's inputs
+                   and outputs
+    input.npz      the inputs :func:`run_relax` runs by default (seeded random, one array per
+                   model input, by name)
+
+:func:`run_relax` loads ``model.so``, runs ``main`` and by default checks every output against
+the numpy reference interpreter (:mod:`tvm_serenity.frontend.reference`) byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import SerenityError
+
+__all__ = ["LIBRARY_FILE", "REPORT_FILE", "INPUTS_FILE", "RelaxBuild", "RelaxRun",
+           "compile_relax", "run_relax", "is_relax_build"]
+
+LIBRARY_FILE = "model.so"
+REPORT_FILE = "relax.json"
+INPUTS_FILE = "input.npz"
+
+
+def _tensor_json(t) -> dict:
+    return {"name": t.name, "shape": list(t.shape), "dtype": t.dtype,
+            "scale": t.quant.scalar_scale if t.quant else None,
+            "zero_point": t.quant.scalar_zero_point if t.quant else None}
+
+
+def _random_inputs(model, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in model.inputs:
+        t = model.tensors[i]
+        if t.dtype == "float32":
+            out.append(rng.uniform(-1, 1, t.shape).astype(np.float32))
+        else:
+            info = np.iinfo(t.dtype)
+            out.append(rng.integers(info.min, info.max + 1, t.shape).astype(t.dtype))
+    return out
+
+
+@dataclass(frozen=True)
+class RelaxBuild:
+    """What :func:`compile_relax` produced (also in ``out_dir``)."""
+
+    out_dir: Path
+    report: dict            # the contents of relax.json
+    seconds: float
+
+    def summary(self) -> str:
+        r = self.report
+        sched = r["passes"]["schedule"]["functions"].get("main", {})
+        arena = r["passes"]["arena"]["functions"][0]
+        rewrite = r["passes"]["rewrite"] or {"applied": 0}
+        return "\n".join([
+            f"{r['name']} -> llvm (Relax VM, serenity pipeline), {r['bindings']} operators, "
+            f"in {self.out_dir} ({self.seconds:.1f} s)",
+            f"identity rewrites kept: {rewrite['applied']}; schedule peak "
+            f"{sched.get('peak_before', 0):,} -> {sched.get('peak_after', 0):,} B (lower bound "
+            f"{sched.get('lower_bound', 0):,} B over all orders, optimal: "
+            f"{sched.get('optimal')})",
+            f"arena {arena['arena_bytes']:,} B in one allocation (liveness peak "
+            f"{arena['liveness_peak_bytes']:,} B) vs TVM's StaticPlanBlockMemory "
+            f"{arena['static_plan_bytes']:,} B for the same module"])
+
+
+@dataclass(frozen=True)
+class RelaxRun:
+    """One run of a compiled directory on the Relax VM."""
+
+    outputs: list[np.ndarray]
+    seconds: float
+    checked: bool
+
+    def to_json(self) -> dict:
+        return {"backend": "Relax VM (llvm)", "seconds": round(self.seconds, 6),
+                "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype),
+                             "values": o.reshape(-1)[:16].tolist()} for o in self.outputs],
+                "checked": self.checked}
+
+
+def is_relax_build(out_dir: str | os.PathLike) -> bool:
+    """Whether ``out_dir`` was written by :func:`compile_relax`."""
+    return (Path(out_dir) / REPORT_FILE).is_file()
+
+
+def compile_relax(path: str | os.PathLike, out_dir: str | os.PathLike = "serenity_out", *,
+                  method: str = "serenity", planner: str = "optimal", rewrite: bool = True,
+                  time_limit: float | None = 30.0, seed: int = 0) -> RelaxBuild:
+    """Compile the int8 ``.tflite`` at ``path`` for the host into ``out_dir`` (module
+    docstring). ``method``/``planner``/``rewrite``/``time_limit``: options of
+    :func:`~tvm_serenity.passes.serenity_pipeline` (the time limit bounds the scheduler and the
+    arena solver, each)."""
+    import tvm
+
+    from . import passes
+    from .frontend.relax_import import from_tflite
+    from .frontend.tflite_model import load_tflite
+
+    t0 = time.perf_counter()
+    source = Path(path).resolve()
+    model = load_tflite(source)
+    mod = from_tflite(model)
+    target = tvm.target.Target("llvm")
+    with target:
+        lowered = passes.serenity_pipeline(method=method, planner=planner, rewrite=rewrite,
+                                           time_limit=time_limit, plan_time_limit=time_limit,
+                                           target=target)(mod)
+    executable = tvm.compile(lowered, target=target, relax_pipeline="zero")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    executable.export_library(str(out / LIBRARY_FILE))
+    inputs = _random_inputs(model, seed)
+    np.savez(out / INPUTS_FILE, **{f"input{k}": x for k, x in enumerate(inputs)})
+    report = {"model": str(source), "name": source.stem, "target": "llvm",
+              "bindings": len(mod["main"].body.blocks[0].bindings),
+              "inputs": [_tensor_json(model.tensors[i]) for i in model.inputs],
+              "outputs": [_tensor_json(model.tensors[i]) for i in model.outputs],
+              "options": {"method": method, "planner": planner, "rewrite": rewrite,
+                          "time_limit": time_limit},
+              "passes": passes.pipeline_report(lowered)}
+    (out / REPORT_FILE).write_text(json.dumps(report, indent=1) + "\n")
+    return RelaxBuild(out, report, time.perf_counter() - t0)
+
+
+def _load_report(out: Path) -> dict:
+    try:
+        return json.loads((out / REPORT_FILE).read_text())
+    except OSError:
+        raise SerenityError(f"'{out}' is not a Relax build (no {REPORT_FILE}); create it with "
+                            "`tvm-serenity compile MODEL --target llvm`") from None
+
+
+def _inputs_from_bytes(report: dict, data: bytes) -> list[np.ndarray]:
+    if len(report["inputs"]) != 1:
+        raise SerenityError(f"{report['name']} has {len(report['inputs'])} inputs; a raw input "
+                            "file can only feed a model with one")
+    t = report["inputs"][0]
+    want = int(np.prod(t["shape"])) * np.dtype(t["dtype"]).itemsize
+    if len(data) != want:
+        raise SerenityError(f"the input has {len(data)} bytes, input '{t['name']}' takes {want} "
+                            f"({t['dtype']} {t['shape']})")
+    return [np.frombuffer(data, dtype=t["dtype"]).reshape(t["shape"])]
+
+
+def run_relax(out_dir: str | os.PathLike, input: bytes | None = None, *,
+              check: bool = True) -> RelaxRun:
+    """Run ``main`` of a directory written by :func:`compile_relax` on the Relax VM. ``input``:
+    raw bytes of the (single) model input (default: the compiled ``input.npz``). ``check``:
+    raise :class:`~tvm_serenity.errors.SerenityError` unless every output equals the numpy
+    reference interpreter's, byte for byte."""
+    import tvm
+    from tvm import relax
+
+    from .frontend import reference
+    from .frontend.tflite_model import load_tflite
+
+    out = Path(out_dir)
+    report = _load_report(out)
+    if input is not None:
+        inputs = _inputs_from_bytes(report, input)
+    else:
+        with np.load(out / INPUTS_FILE) as saved:
+            inputs = [saved[f"input{k}"] for k in range(len(report["inputs"]))]
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(out / LIBRARY_FILE)), tvm.cpu())
+    t0 = time.perf_counter()
+    result = vm["main"](*[tvm.runtime.tensor(np.ascontiguousarray(x)) for x in inputs])
+    seconds = time.perf_counter() - t0
+    results = list(result) if not hasattr(result, "numpy") else [result]
+    outputs = [r.numpy() for r in results]
+    if check:
+        expected = reference.run(load_tflite(report["model"]), inputs)
+        for k, (got, want) in enumerate(zip(outputs, expected)):
+            if got.shape != want.shape or not np.array_equal(got, want):
+                raise SerenityError(f"output {k} of the Relax VM differs from the reference "
+                                    f"interpreter ({int(np.sum(got != want))} of {got.size} "
+                                    "values)")
+    return RelaxRun(outputs, seconds, check)
