@@ -77,7 +77,6 @@ def _tanh_model(path):
     ("unsupported", "TANH"),
     ("flag", "unrecognized arguments: --frobnicate"),
     ("target", "invalid choice: 'arduino'"),
-    ("rewrite", "--rewrite"),
 ])
 def test_compile_errors_are_one_line(tmp_path, case, message):
     model = tmp_path / "m.tflite"
@@ -97,8 +96,6 @@ def test_compile_errors_are_one_line(tmp_path, case, message):
         argv.append("--frobnicate")
     elif case == "target":
         argv[argv.index("host")] = "arduino"
-    elif case == "rewrite":
-        argv.append("--rewrite")
     proc = subprocess.run([sys.executable, "-m", "tvm_serenity.cli", *argv],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from test_rewrite_pass import concat_cell
+from tvm_serenity.cli import main
 from tvm_serenity.errors import SerenityError
 from tvm_serenity.frontend import reference
 from tvm_serenity.frontend.tflite_model import load_tflite
@@ -74,3 +75,28 @@ def test_check_catches_a_different_model(build, tmp_path):
                                             "reference interpreter"):
         run_relax(copy)
     assert not run_relax(copy, check=False).checked
+
+
+# ------------------------------------------------------------------ the command line
+def test_cli_compile_run_report_for_llvm(tmp_path, capsys):
+    path = concat_cell(tmp_path, branches=3)
+    out = tmp_path / "out"
+    assert main(["compile", str(path), "--target", "llvm", "--rewrite", "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    report = json.loads((out / REPORT_FILE).read_text())
+    arena = report["passes"]["arena"]["functions"][0]
+    assert "identity rewrites kept: 1" in printed
+    assert f"StaticPlanBlockMemory {arena['static_plan_bytes']:,} B" in printed
+    assert report["options"]["rewrite"] is True
+
+    raw = np.random.default_rng(4).integers(-128, 128, 256).astype(np.int8)
+    (tmp_path / "x.bin").write_bytes(raw.tobytes())
+    assert main(["run", str(out), "--input", str(tmp_path / "x.bin"), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    want = reference.run(load_tflite(path), [raw.reshape(1, 8, 8, 4)])[0]
+    assert payload["checked"] and payload["outputs"][0]["values"] == want.reshape(-1)[:16].tolist()
+
+    for argv, message in ((["run", str(out), "--board"], "runs on this host's Relax VM"),
+                          (["report", str(out)], "its decisions are in")):
+        assert main(argv) == 2
+        assert message in capsys.readouterr().err

@@ -118,15 +118,22 @@ def _cmd_schedule(args) -> int:
     return 0
 
 
+LLVM_TARGET = "llvm"
+
+
 def _add_compile(sub) -> None:
     from .alloc import PLANNERS
     from .deploy import TARGETS
     from .schedule import METHODS
     p = sub.add_parser("compile", help="compile a .tflite int8 model for a board (like tvmc)",
                        description="Compile MODEL (.tflite, int8) for TARGET into OUT: model.c/"
-                                   "model.h, a firmware project, plan.json and a report.")
+                                   "model.h, a firmware project, plan.json and a report; for "
+                                   "--target llvm, a TVM Relax VM library (model.so) built with "
+                                   "the serenity pipeline and relax.json.")
     p.add_argument("model", help="int8 .tflite model")
-    p.add_argument("--target", default="pico", choices=TARGETS)
+    p.add_argument("--target", default="pico", choices=(*TARGETS, LLVM_TARGET),
+                   help="a board (pico, pico2), its C built natively (host), or TVM's llvm "
+                        "target through the Relax VM (llvm; --rip does not apply)")
     p.add_argument("-o", "--output", default="serenity_out", metavar="OUT",
                    help="output directory (default: serenity_out)")
     p.add_argument("--schedule", default="serenity", choices=sorted(METHODS),
@@ -136,7 +143,8 @@ def _add_compile(sub) -> None:
     p.add_argument("--rip", action=argparse.BooleanOptionalAction, default=True,
                    help="Right In-Place kernels and in-place planning (default: on)")
     p.add_argument("--rewrite", action=argparse.BooleanOptionalAction, default=False,
-                   help="identity graph rewriting (graph-level only; see README)")
+                   help="identity graph rewriting: partition concat -> conv / depthwise "
+                        "where it lowers the scheduler's peak (bit-exact; default: off)")
     p.add_argument("--time-limit", type=float, default=30.0, metavar="SEC",
                    help="bound for the scheduler and the arena solver, each (default: 30)")
     p.add_argument("--json", action="store_true", help="print plan.json instead of a summary")
@@ -149,14 +157,21 @@ def _cmd_compile(args) -> int:
     if model.suffix.lower() == ".onnx":
         raise SerenityError(f"'{model}': ONNX models are not supported by the MCU path yet; "
                             "convert to an int8 .tflite")
-    if args.rewrite:
-        raise SerenityError("--rewrite: identity graph rewriting is not emitted as C yet; "
-                            "`tvm-serenity schedule --rewrite` shows its effect on the graph")
     if not model.is_file():
         raise SerenityError(f"model file '{model}' does not exist")
+    if args.target == LLVM_TARGET:
+        from .relax_deploy import REPORT_FILE, compile_relax
+        built = compile_relax(model, args.output, method=args.schedule, planner=args.planner,
+                              rewrite=args.rewrite, time_limit=args.time_limit)
+        if args.json:
+            print(json.dumps(built.report))
+        else:
+            print(built.summary())
+            print(f"decisions: {Path(args.output) / REPORT_FILE}")
+        return 0
     compiled = deploy.compile_tflite(model, args.target, args.output, schedule=args.schedule,
                                      planner=args.planner, rip=args.rip,
-                                     time_limit=args.time_limit)
+                                     rewrite=args.rewrite, time_limit=args.time_limit)
     from .report import write_compiled_report
     report = write_compiled_report(args.output)
     if args.json:
@@ -191,12 +206,27 @@ def _add_run(sub) -> None:
 
 def _cmd_run(args) -> int:
     from . import deploy
+    from .relax_deploy import is_relax_build, run_relax
     data = None
     if args.input:
         try:
             data = Path(args.input).read_bytes()
         except OSError as e:
             raise SerenityError(f"cannot read input file '{args.input}': {e.strerror}") from None
+    if is_relax_build(args.output):
+        if args.where == "board":
+            raise SerenityError(f"'{args.output}' is an llvm build: it runs on this host's "
+                                "Relax VM, not on a board")
+        result = run_relax(args.output, data, check=not args.no_check)
+        payload = result.to_json()
+        if args.json:
+            print(json.dumps(payload))
+        else:
+            for key, value in payload.items():
+                print(f"{key:>20}: {value}")
+            if not args.no_check:
+                print(f"{'check':>20}: outputs identical to the reference interpreter")
+        return 0
     result = deploy.run(args.output, emulate=args.where != "board", input=data,
                         host=args.where == "host", check=not args.no_check,
                         timeout=args.timeout)
@@ -217,7 +247,12 @@ def _add_report(sub) -> None:
 
 
 def _cmd_report(args) -> int:
+    from .relax_deploy import REPORT_FILE, is_relax_build
     from .report import write_compiled_report
+    if is_relax_build(args.output):
+        raise SerenityError(f"'{args.output}' is an llvm build: its decisions are in "
+                            f"{Path(args.output) / REPORT_FILE}; the HTML report is made for "
+                            "MCU builds (--target pico, pico2 or host)")
     print(write_compiled_report(args.output).html)
     return 0
 

@@ -9,6 +9,16 @@
         ─ emit_model                           model.c / model.h (tvm_serenity.codegen.graph_c)
         ─ micro.generate_project + build       firmware, SRAM fit check (tvm_serenity.micro)
 
+``rewrite=True`` inserts identity graph rewriting between the graph and the schedule:
+:func:`tvm_serenity.rewrite.rewrite_graph` partitions ``concat -> (RELU/RELU6) -> conv`` and
+``concat -> depthwise`` patterns (int32 partial sums accumulated in place and requantized once;
+depthwise slices written into one output), keeping a rewrite only where the scheduler's peak
+drops; it is judged with the same method, in-place model and time limit as the schedule, and
+its final order is the schedule. ``graph.json`` is then the rewritten graph (each new node's
+``attrs["rewrite"]`` says where it comes from) and ``plan.json`` has a ``rewrite`` section (the
+decisions, the trials and both peaks). The emitted kernels are bit-exact with the model
+(:mod:`tvm_serenity.codegen.graph_c`).
+
 ``rip=True`` schedules and plans with in-place execution (Right In-Place convolutions, exact
 aliases for ADD/RESHAPE/...) and emits RiP kernels where the plan overlaps a layer's input and
 output; ``rip=False`` is the dual-buffer build of the same model (no overlap anywhere, the same
@@ -18,7 +28,8 @@ does not fit with every part itemised.
 
 Layout of ``out_dir``: ``model/`` (model.c, model.h), ``project/`` (the micro project: harness,
 Makefile, linker scripts, Pico SDK project, input.c), ``input.bin`` (the int8 input the
-project runs), ``graph.json`` (the graph IR the order refers to) and ``plan.json`` (order,
+project runs), ``graph.json`` (the graph IR the order refers to; with ``rewrite``, also
+``graph_source.json``, the graph before rewriting) and ``plan.json`` (order,
 offsets, arena bytes, liveness peak, lower bounds, per-layer in-place savings, scratch, fit).
 
 :func:`run` runs a compiled directory on the target's emulator (rp2040js for ``pico``, QEMU
@@ -30,6 +41,7 @@ Inputs and outputs are the int8 tensors of :func:`~tvm_serenity.codegen.graph_c.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -39,21 +51,24 @@ import numpy as np
 
 from . import micro
 from .alloc import ArenaPlan, plan_arena
-from .codegen.graph_c import EmittedModel, IntegerCore, emit_model, integer_core
+from .codegen.graph_c import (EmittedModel, IntegerCore, concat_is_copy, emit_model,
+                              integer_core)
 from .errors import SerenityError
 from .frontend import Interpreter, load_tflite, tflite_to_graph
-from .frontend.tflite_model import Tensor
+from .frontend.tflite_model import Tensor, TFLiteModel
 from .graph import Graph
+from .rewrite import RewriteResult, rewrite_graph
 from .schedule import ScheduleResult
 from .schedule import schedule as schedule_graph
 
-__all__ = ["TARGETS", "DEFAULT_TIME_LIMIT", "PLAN_FILE", "GRAPH_FILE", "CompiledModel", "compile_tflite",
-           "run", "reference_output", "load_plan"]
+__all__ = ["TARGETS", "DEFAULT_TIME_LIMIT", "PLAN_FILE", "GRAPH_FILE", "SOURCE_GRAPH_FILE",
+           "CompiledModel", "compile_tflite", "run", "reference_output", "load_plan"]
 
 TARGETS = ("pico", "pico2", "host")
 DEFAULT_TIME_LIMIT = 30.0
 PLAN_FILE = "plan.json"
 GRAPH_FILE = "graph.json"
+SOURCE_GRAPH_FILE = "graph_source.json"     # the graph before identity rewriting
 MODEL_DIR = "model"
 PROJECT_DIR = "project"
 INPUT_FILE = "input.bin"
@@ -78,6 +93,8 @@ class CompiledModel:
     plan: ArenaPlan
     emitted: EmittedModel
     firmware: micro.Firmware | None       # None when built with build=False
+    rewrite: RewriteResult | None = None  # identity graph rewriting (rewrite=True)
+    source_graph: Graph | None = None     # the graph before rewriting (rewrite=True)
 
     @property
     def model_dir(self) -> Path:
@@ -118,7 +135,33 @@ class CompiledModel:
             "moves": [m.to_json() for m in plan.moves],
             "layers": [s.to_json() for s in self.emitted.steps],
             "fit": self.fit.to_json() if self.fit is not None else None,
+            "rewrite": self.rewrite_json(),
         }
+
+    def rewrite_json(self) -> dict | None:
+        """The identity rewriting decisions (None when not requested)."""
+        r = self.rewrite
+        if r is None:
+            return None
+        return {**r.to_json(), "method": self.schedule.method,
+                "candidates": len({t for trial in r.trials for t in trial.candidates}),
+                "nodes_before": len(self.source_graph.nodes) if self.source_graph else None,
+                "nodes_after": len(self.graph.nodes)}
+
+    def rewrite_summary(self) -> str | None:
+        """One line on identity rewriting (None when not requested)."""
+        r = self.rewrite
+        if r is None:
+            return None
+        if not r.applied:
+            tried = len(r.trials)
+            return (f"identity rewriting: nothing applied ({tried} trial"
+                    f"{'' if tried == 1 else 's'}, none lowers the peak "
+                    f"{r.peak_before:,} B)")
+        what = ", ".join(f"{'channel-wise' if p == 'channel_partition' else 'kernel-wise'} "
+                         f"{nodes[-1]}" for p, nodes in r.applied)
+        return (f"identity rewriting: {len(r.applied)} applied ({what}), scheduler peak "
+                f"{r.peak_before:,} -> {r.peak_after:,} B")
 
     def summary(self) -> str:
         """A few lines for a terminal."""
@@ -131,6 +174,8 @@ class CompiledModel:
                  f"{len(p.inplace)} in-place steps saving "
                  f"{sum(s.saved_bytes for s in self.emitted.steps):,} B, {len(p.moves)} right "
                  f"shifts; kernel scratch {self.emitted.scratch_bytes:,} B"]
+        if self.rewrite is not None:
+            lines.append(self.rewrite_summary())
         if self.fit is not None:
             lines.append(self.fit.describe())
         return "\n".join(lines)
@@ -148,9 +193,27 @@ def _input_bytes(data, nbytes: int) -> bytes:
     return raw
 
 
+def _rewrite(graph: Graph, model: TFLiteModel, rip: bool, method: str,
+             time_limit: float | None) -> RewriteResult:
+    """:func:`rewrite_graph` on ``graph``, with the concats that are not pure copies in the
+    model (:func:`~tvm_serenity.codegen.graph_c.concat_is_copy`) kept out of every pattern."""
+    hidden = {n.name for n in graph.nodes.values() if n.op == "concatenation"
+              and not concat_is_copy(model, model.operators[int(n.attrs["tflite_index"])])}
+    masked = Graph([dataclasses.replace(n, op="concatenation_requantized")
+                    if n.name in hidden else n for n in graph.nodes.values()],
+                   graph.outputs, graph.name)
+    result = rewrite_graph(masked if hidden else graph, inplace=rip, time_limit=time_limit,
+                           method=method)
+    if hidden:
+        result.graph = Graph([dataclasses.replace(n, op="concatenation")
+                              if n.name in hidden else n for n in result.graph.nodes.values()],
+                             result.graph.outputs, result.graph.name)
+    return result
+
+
 def compile_tflite(path: str | os.PathLike, target: str = "pico",
                    out_dir: str | os.PathLike = "serenity_out", *, schedule: str = "serenity",
-                   planner: str = "optimal", rip: bool = True,
+                   planner: str = "optimal", rip: bool = True, rewrite: bool = False,
                    time_limit: float | None = DEFAULT_TIME_LIMIT, input=None, seed: int = 0,
                    opt_level: str | None = "O2", build: bool = True,
                    stack_reserve: int = micro.DEFAULT_STACK_RESERVE) -> CompiledModel:
@@ -159,7 +222,9 @@ def compile_tflite(path: str | os.PathLike, target: str = "pico",
 
     ``schedule``: a method of :mod:`tvm_serenity.schedule` (``"serenity"``: the exact
     divide-and-conquer search); ``planner``: an arena planner of :mod:`tvm_serenity.alloc`;
-    ``time_limit`` bounds each (seconds). ``input``: the int8 input the project runs (bytes or
+    ``time_limit`` bounds each (seconds; with ``rewrite``, each scheduler call of the rewrite
+    search). ``rewrite``: identity graph rewriting (module docstring). ``input``: the int8
+    input the project runs (bytes or
     an int8 array; default: ``seed``-random bytes). ``build=False`` only generates the sources;
     otherwise the firmware is built and, for the Pico boards, a model that does not fit SRAM
     is refused with :class:`~tvm_serenity.errors.SerenityError` naming every part.
@@ -169,9 +234,16 @@ def compile_tflite(path: str | os.PathLike, target: str = "pico",
     source = Path(path).resolve()
     core = integer_core(load_tflite(source))
     graph = tflite_to_graph(core.model, fold_pad=True, name=core.source.name)
-    order = schedule_graph(graph, schedule, inplace=rip, time_limit=time_limit)
+    source_graph, rewritten = None, None
+    if rewrite:
+        rewritten = _rewrite(graph, core.model, rip, schedule, time_limit)
+        source_graph, graph = graph, rewritten.graph
+        order = rewritten.schedule          # the scheduler's order for the rewritten graph
+    else:
+        order = schedule_graph(graph, schedule, inplace=rip, time_limit=time_limit)
     plan = plan_arena(graph, order.order, planner, 1, rip, time_limit)
-    emitted = emit_model(core, graph, plan, opt_level=opt_level, name=core.source.name)
+    emitted = emit_model(core, graph, plan, opt_level=opt_level, name=core.source.name,
+                         source_graph=source_graph)
     out = Path(out_dir)
     emitted.write(out / MODEL_DIR)
     data = _random_input(emitted.input_bytes, seed) if input is None else \
@@ -179,14 +251,16 @@ def compile_tflite(path: str | os.PathLike, target: str = "pico",
     (out / INPUT_FILE).write_bytes(data)
     micro.generate_project(out / PROJECT_DIR, out / MODEL_DIR, target, emulate=True,
                            input_data=data, stack_reserve=stack_reserve)
-    compiled = CompiledModel(out, source, target, rip, core, graph, order, plan, emitted, None)
+    compiled = CompiledModel(out, source, target, rip, core, graph, order, plan, emitted, None,
+                             rewritten, source_graph)
     graph.save(out / GRAPH_FILE)
+    if source_graph is not None:
+        source_graph.save(out / SOURCE_GRAPH_FILE)
     (out / PLAN_FILE).write_text(json.dumps(compiled.plan_json(), indent=1) + "\n")
     if not build:
         return compiled
     firmware = micro.build(out / PROJECT_DIR)      # raises with the numbers if it does not fit
-    compiled = CompiledModel(out, source, target, rip, core, graph, order, plan, emitted,
-                             firmware)
+    compiled = dataclasses.replace(compiled, firmware=firmware)
     (out / PLAN_FILE).write_text(json.dumps(compiled.plan_json(), indent=1) + "\n")
     return compiled
 

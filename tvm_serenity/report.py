@@ -77,13 +77,13 @@ def _pyplot():
     return plt
 
 
-def _plot_memory(path: Path, graph: Graph, orders: dict[str, tuple[list[str], bool]],
+def _plot_memory(path: Path, graph: Graph, orders: dict[str, tuple],
                  budget_bytes: int | None) -> dict[str, list[int]]:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9, 4))
     series = {}
-    for label, (order, inplace) in orders.items():
-        steps = list(simulate(graph, order, inplace).step_bytes)
+    for label, (order, inplace, *own) in orders.items():
+        steps = list(simulate(own[0] if own else graph, order, inplace).step_bytes)
         series[label] = steps
         ax.step(range(len(steps)), [s / 1024 for s in steps], where="mid",
                 label=f"{label} (peak {max(steps) / 1024:,.1f} KiB)")
@@ -152,15 +152,16 @@ def _plot_savings(path: Path, savings: list[LayerSaving]) -> None:
 
 
 def write_report(out_dir: str | os.PathLike, graph: Graph,
-                 orders: dict[str, tuple[list[str], bool]], offsets: dict[str, int],
+                 orders: dict[str, tuple], offsets: dict[str, int],
                  arena_bytes: int, planner: str, summary: list[tuple[str, str]],
                  budget_bytes: int | None = None) -> Report:
-    """Render the report into ``out_dir``. ``orders`` maps a label to ``(order, inplace)``
-    (the baseline first, ours last); ``offsets``/``arena_bytes``/``planner`` are the arena plan
-    of ours."""
+    """Render the report into ``out_dir``. ``orders`` maps a label to ``(order, inplace)`` or
+    ``(order, inplace, its graph)`` when it is an order of another graph than ``graph`` (e.g.
+    the model before identity rewriting); the baseline first, ours (of ``graph``) last;
+    ``offsets``/``arena_bytes``/``planner`` are the arena plan of ours."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    ours, inplace = list(orders.values())[-1]
+    ours, inplace = list(orders.values())[-1][:2]
     images = {"memory": out / "memory.png", "arena": out / "arena.png"}
     series = _plot_memory(images["memory"], graph, orders, budget_bytes)
     rects = _plot_arena(images["arena"], graph, ours, offsets, arena_bytes, planner, inplace)
@@ -197,7 +198,7 @@ def write_compiled_report(out_dir: str | os.PathLike) -> Report:
     """(Re)write ``OUT/report`` of a directory written by :func:`tvm_serenity.deploy.
     compile_tflite`, from its ``graph.json`` and ``plan.json``: TFLite's stored order against
     the compiled order, the compiled arena, the per-layer savings."""
-    from .deploy import GRAPH_FILE, load_plan
+    from .deploy import GRAPH_FILE, SOURCE_GRAPH_FILE, load_plan
     from .micro import get_board
     out = Path(out_dir)
     plan = load_plan(out)
@@ -205,10 +206,13 @@ def write_compiled_report(out_dir: str | os.PathLike) -> Report:
     if not graph_path.is_file():
         raise SerenityError(f"'{out}' has no {GRAPH_FILE}; compile it with tvm-serenity compile")
     graph = Graph.load(graph_path)
+    # with identity rewriting, TFLite's order is an order of the graph before it
+    source = Graph.load(out / SOURCE_GRAPH_FILE) if (out / SOURCE_GRAPH_FILE).is_file() \
+        else graph
     rip = plan["rip"]
     sram = get_board(plan["target"]).sram
     budget = sram.size if sram is not None else None
-    stored_peak = simulate(graph, graph.op_names, inplace=False).peak_bytes
+    stored_peak = simulate(source, source.op_names, inplace=False).peak_bytes
     summary = [("model", plan["model"]), ("target", plan["target"]),
                ("kernels", "Right In-Place" if rip else "dual buffer"),
                ("schedule", f"{plan['schedule']['method']} (proven optimal: "
@@ -225,7 +229,7 @@ def write_compiled_report(out_dir: str | os.PathLike) -> Report:
         summary.append(("SRAM total", f"{fit['total_bytes']:,} B of {fit['sram_bytes']:,} B: "
                                       f"{'fits' if fit['fits'] else 'does not fit'}"))
     return write_report(out / REPORT_DIR, graph,
-                        {"TFLite order, dual buffer": (graph.op_names, False),
+                        {"TFLite order, dual buffer": (source.op_names, False, source),
                          "tvm-serenity": (plan["order"], rip)},
                         plan["offsets"], plan["arena_bytes"], plan["planner"], summary,
                         budget_bytes=budget)

@@ -7,7 +7,11 @@
   dual-buffer layout, from one generator; :func:`build_llvm` compiles it for the host.
 * ``plain_c``: :func:`emit_c_kernel` lowers the same TIR to a C99 function with no TVM runtime
   symbols (the ``"serenity_plain_c"`` TIR pipeline), for the graph-level C emitter and Pico
-  firmware.
+  firmware; :func:`emit_c_function` does the same for any PrimFunc.
+* ``partial``: the kernels of identity graph rewriting (int32 partial convolutions accumulated
+  in place, their requantization, depthwise slices written into a shared output).
+* ``graph_c``: a whole model as C (one static arena at planned offsets), ``ops``: the
+  hand-written C operators it uses besides the TIR kernels.
 
 Supported ops: CONV_2D (any kernel, stride, dilation, asymmetric padding; pointwise is the 1x1
 case), DEPTHWISE_CONV_2D (multiplier 1), MAX_POOL_2D, AVERAGE_POOL_2D and same-shape ADD, all
@@ -15,7 +19,9 @@ bit-exact with TFLite's int8 reference kernels (``frontend.reference``).
 """
 
 from .kernels import build_llvm, default_kernel_name, make_prim_func
-from .plain_c import PIPELINE, c_prototype, emit_c_kernel, pointer_params
+from .partial import (accumulator_requantize_prim_func, conv2d_partial_prim_func,
+                      depthwise_slice_prim_func)
+from .plain_c import PIPELINE, c_prototype, emit_c_function, emit_c_kernel, pointer_params
 from .spec import (LAYOUTS, OPS, AddRescale, CodegenError, KernelParam, LayerSpec,
                    kernel_params, pack_conv2d_weight)
 
@@ -23,5 +29,6 @@ __all__ = [
     "LAYOUTS", "OPS", "AddRescale", "CodegenError", "KernelParam", "LayerSpec", "kernel_params",
     "pack_conv2d_weight",
     "build_llvm", "default_kernel_name", "make_prim_func",
-    "PIPELINE", "c_prototype", "emit_c_kernel", "pointer_params",
+    "PIPELINE", "c_prototype", "emit_c_function", "emit_c_kernel", "pointer_params",
+    "conv2d_partial_prim_func", "accumulator_requantize_prim_func", "depthwise_slice_prim_func",
 ]

@@ -32,6 +32,32 @@ Placement per step, from the plan (:mod:`tvm_serenity.alloc.plan` defines the ru
 So a plan made with ``inplace=False`` gives the dual-buffer build of the same model, and the
 kernels' loops are identical in both layouts: only their base addresses differ.
 
+Identity graph rewrites (:mod:`tvm_serenity.rewrite`). ``graph`` may be the result of
+:func:`~tvm_serenity.rewrite.rewrite_graph` on the model's graph; ``source_graph`` is then the
+graph before rewriting, where ``attrs["rewrite"]["of"]`` of every new node names the original
+operator whose TFLite constants it uses. The new nodes are emitted by their role:
+
+* ``conv2d_partial`` / ``conv2d_accumulate`` (channel-wise partitioning): the int32 partial
+  sums of the consumer CONV_2D over one branch's input channels, with the weight slice
+  ``W[:, :, :, C_i]`` (:func:`.partial.conv2d_partial_prim_func` lowered to C); the first
+  assigns the accumulator, the others add to it in place;
+* ``requantize``: the consumer's bias, per-channel requantization and clamp on the
+  accumulator (:func:`.partial.accumulator_requantize_prim_func`), its int8 result written
+  front to back over the accumulator when the plan aliases them;
+* ``depthwise_conv2d_slice`` / ``..._slice_into`` (kernel-wise partitioning): the consumer
+  DEPTHWISE_CONV_2D's output channels of one branch, with its weight, bias and requantization
+  slices (:func:`.partial.depthwise_slice_prim_func`), written into the shared output;
+* a pushed-down unary (RELU, RELU6): the original operator's kernel on one branch.
+
+An aliasing step (accumulate, slice_into, requantize, unary) runs on one address when the plan
+lays it out in place; when the plan keeps input and output apart, the accumulate/slice_into
+step first copies the partial result to its output. The int32 accumulator lives in the byte
+arena at the plan's offset, which need not be a multiple of 4: kernels access it through
+``serenity_acc32_t``, an ``int32_t`` typedef with alignment 1 (GCC/Clang; the Cortex-M0+
+faults on unaligned word accesses). A rewrite is refused unless its concat is a pure copy
+(every operand quantized like the output, no fused activation: :func:`concat_is_copy`), the
+condition under which the rewrite is an identity.
+
 Float edges. TFLite models with a float32 input or output (e.g. TinyEngine's vww) quantize
 and dequantize at the edges. :func:`integer_core` strips a leading float->int8 QUANTIZE and a
 trailing int8->float DEQUANTIZE: ``model_run`` takes the already-quantized int8 input and
@@ -61,23 +87,39 @@ from ..graph import Graph
 from ..memory import InPlaceStep
 from ..alloc.plan import Move
 from ..frontend.reference import (activation_range, add_params, conv_params,
-                                  conv_requant, quantize_multiplier, strided_slice_params)
+                                  conv_requant, quantize_multiplier, relu6_int8,
+                                  strided_slice_params)
 from ..frontend.tflite_model import (Operator, Tensor, TFLiteModel, UnsupportedOperatorError)
 from ..frontend.to_graph import foldable_pads
 from .kernels import default_kernel_name
-from .ops import (OpKernel, c_array, c_helpers, concatenation_kernel, fully_connected_kernel,
-                  mean_kernel, pad_kernel, requantize_kernel, strided_slice_kernel,
-                  transpose_kernel)
-from .plain_c import emit_c_kernel
+from .ops import (OpKernel, c_array, c_helpers, clamp_kernel, concatenation_kernel,
+                  fully_connected_kernel, mean_kernel, pad_kernel, requantize_kernel,
+                  strided_slice_kernel, transpose_kernel)
+from .partial import (accumulator_requantize_prim_func, conv2d_partial_prim_func,
+                      depthwise_slice_prim_func)
+from .plain_c import emit_c_function, emit_c_kernel
 from .spec import AddRescale, CodegenError, LayerSpec, pack_conv2d_weight
 
-__all__ = ["SUPPORTED_OPS", "IntegerCore", "Step", "EmittedModel", "integer_core",
-           "emit_model"]
+__all__ = ["SUPPORTED_OPS", "REWRITE_ROLES", "IntegerCore", "Step", "EmittedModel",
+           "integer_core", "concat_is_copy", "emit_model"]
 
 #: TFLite operators the emitter generates code for (int8 activations).
 SUPPORTED_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "AVERAGE_POOL_2D", "ADD", "MEAN",
                  "FULLY_CONNECTED", "TRANSPOSE", "RESHAPE", "CONCATENATION", "PAD", "PADV2",
-                 "STRIDED_SLICE", "QUANTIZE")
+                 "STRIDED_SLICE", "QUANTIZE", "RELU", "RELU6")
+#: Roles (``attrs["rewrite"]["role"]``) of identity-rewrite nodes the emitter generates code
+#: for; a pushed-down unary copy has no role ("pushdown" here).
+REWRITE_ROLES = ("partial", "accumulate", "requantize", "slice", "slice_into", "pushdown")
+#: C element type of int32 accumulators in the byte arena (any offset; module docstring).
+ACC_TYPE = "serenity_acc32_t"
+_ACC_TYPEDEF = f"""\
+/* int32 partial-sum accumulators (identity rewrites) live in the byte arena at any offset. */
+#if defined(__GNUC__)
+typedef int32_t {ACC_TYPE} __attribute__((aligned(1), may_alias));
+#else
+#error "int32 accumulators at byte offsets of the arena need GCC or Clang (aligned(1))"
+#endif
+"""
 
 
 # ------------------------------------------------------------------------------ float edges
@@ -192,15 +234,46 @@ def _c_name(text: str) -> str:
     return name if re.match(r"[A-Za-z_]", name) else f"n_{name}"
 
 
-def _tensor_nodes(core: TFLiteModel, graph: Graph) -> dict[int, str]:
+def concat_is_copy(model: TFLiteModel, op: Operator) -> bool:
+    """``op`` is a CONCATENATION that only copies bytes: every operand is quantized like the
+    output and there is no fused activation (the condition for identity rewrites through it)."""
+    if op.op != "CONCATENATION" or op.options.get("fused_activation_function",
+                                                  "NONE") != "NONE":
+        return False
+    out = model.tensors[op.outputs[0]]
+    if out.quant is None:
+        return False
+    key = (out.dtype, out.quant.scalar_scale, out.quant.scalar_zero_point)
+    return all(i >= 0 and model.tensors[i].quant is not None
+               and (model.tensors[i].dtype, model.tensors[i].quant.scalar_scale,
+                    model.tensors[i].quant.scalar_zero_point) == key for i in op.inputs)
+
+
+def _operator_of(graph: Graph, source: Graph | None) -> dict[str, int]:
+    """Graph node name -> TFLite operator index: ``graph``'s own nodes, and every node of the
+    graph before rewriting (``source``), whose names ``attrs["rewrite"]["of"]`` refers to."""
+    out = {}
+    for g in (source, graph):
+        for node in (g.nodes.values() if g is not None else ()):
+            if "tflite_index" in node.attrs and "rewrite" not in node.attrs:
+                out[node.name] = int(node.attrs["tflite_index"])
+    return out
+
+
+def _tensor_nodes(core: TFLiteModel, graph: Graph, operator_of: dict[str, int]) -> dict[int, str]:
     """Activation tensor index -> the graph node holding it (a folded PAD's output is its
-    input's node: the convolution reads the unpadded tensor)."""
+    input's node: the convolution reads the unpadded tensor). Of the nodes an identity rewrite
+    made, only the last one holds a tensor of the model: the rewritten consumer's output (it
+    keeps the consumer's name); partial results and pushed-down copies hold none."""
     out: dict[int, str] = {}
     for node in graph.nodes.values():
+        origin = node.attrs.get("rewrite")
         if node.is_input:
             out[int(node.attrs["tensor_index"])] = node.name
-        else:
+        elif origin is None:
             out[core.operators[int(node.attrs["tflite_index"])].outputs[0]] = node.name
+        elif origin.get("of") == node.name and node.name in operator_of:
+            out[core.operators[operator_of[node.name]].outputs[0]] = node.name
     for index in sorted(foldable_pads(core)):
         op = core.operators[index]
         if op.outputs[0] not in out and op.inputs[0] in out:
@@ -209,9 +282,22 @@ def _tensor_nodes(core: TFLiteModel, graph: Graph) -> dict[int, str]:
 
 
 class _Emitter:
-    def __init__(self, core: TFLiteModel, graph: Graph, plan: ArenaPlan):
+    def __init__(self, core: TFLiteModel, graph: Graph, plan: ArenaPlan,
+                 source_graph: Graph | None = None):
         self.core, self.graph, self.plan = core, graph, plan
-        self.tensor_node = _tensor_nodes(core, graph)
+        self.operator_of = _operator_of(graph, source_graph)
+        missing = sorted({n for node in graph.nodes.values() if "rewrite" in node.attrs
+                          for n in (node.attrs["rewrite"].get("of"),
+                                    node.attrs["rewrite"].get("concat"))
+                          if n not in self.operator_of})
+        if missing:
+            raise CodegenError(f"the graph's rewrite nodes refer to {missing}, which are not "
+                               "operators of the graph; pass the graph before rewriting as "
+                               "emit_model(..., source_graph=...)")
+        self.tensor_node = _tensor_nodes(core, graph, self.operator_of)
+        self.prim_names: dict[tuple, str] = {}
+        self.accumulators = False          # an int32 accumulator kernel was emitted
+        self.checked_concats: set[str] = set()
         self.consts: list[str] = []
         self.definitions: list[str] = []
         self.body: list[str] = []
@@ -269,6 +355,27 @@ class _Emitter:
             self.scratch32 = max(self.scratch32, spec.scratch_elements)
         return self.tir_names[key]
 
+    def unique_name(self, base: str) -> str:
+        name, n = base, 1
+        while name in self.used_names:
+            n += 1
+            name = f"{base}_v{n}"
+        self.used_names.add(name)
+        return name
+
+    def prim_kernel(self, key: tuple, base: str, make, const=(), accumulator: bool = False
+                    ) -> str:
+        """The C function of a PrimFunc (``make(name)``), emitted once per ``key``; its
+        ``acc`` parameter, if ``accumulator``, has the unaligned int32 type."""
+        if key not in self.prim_names:
+            name = self.unique_name(base)
+            types = {"acc": ACC_TYPE} if accumulator else None
+            self.definitions.append(emit_c_function(make(name), name, const=const,
+                                                    types=types))
+            self.prim_names[key] = name
+            self.accumulators |= accumulator
+        return self.prim_names[key]
+
     def op_kernel(self, kernel: OpKernel) -> str:
         if kernel.name in self.used_names:
             raise CodegenError(f"kernel name {kernel.name} is generated twice")
@@ -285,7 +392,16 @@ class _Emitter:
     # ----------------------------------------------------------------------- steps
     def emit_step(self, k: int, name: str, pair: InPlaceStep | None, move: Move | None):
         node = self.graph[name]
-        op = self.core.operators[int(node.attrs["tflite_index"])]
+        origin = node.attrs.get("rewrite")
+        if origin is not None:
+            role = origin.get("role", "pushdown")
+            op = self.rewritten_operator(node, origin, role)
+            handler = _REWRITE_HANDLERS[role]
+            label = f"{op.op}/{role}"
+        else:
+            op = self.core.operators[int(node.attrs["tflite_index"])]
+            handler = _HANDLERS.get(op.op)
+            label = op.op
         out = self.core.tensors[op.outputs[0]]
         out_off = self.plan.offsets[name]
         moved = 0
@@ -299,34 +415,163 @@ class _Emitter:
             if self.location[pair.input] != expected:
                 raise CodegenError(f"plan places '{pair.input}' at {self.location[pair.input]}"
                                    f", but in-place '{name}' needs it at {expected}")
-        handler = _HANDLERS.get(op.op)
         if handler is None:
             raise self.unsupported(op, f"not supported by the graph C emitter (supported: "
                                        f"{', '.join(SUPPORTED_OPS)})")
         if out.dtype != "int8" or out.quant is None:
             raise self.unsupported(op, f"output '{out.name}' is {out.dtype}; only int8 "
                                        "activations are supported")
-        kernel, layout, statement = handler(self, node, op, pair is not None)
+        in_place = pair is not None
+        kernel, layout, statement = (handler(self, node, op, in_place) if origin is None
+                                     else handler(self, node, op, origin, in_place))
         if pair is not None and layout not in ("rip", "alias"):
             raise CodegenError(f"the plan runs '{name}' ({op.op}) in place, which its "
                                "kernel cannot do")
-        comment = f"/* step {k}: {name} ({op.op}), {layout}"
+        comment = f"/* step {k}: {name} ({label}), {layout}"
         if pair is not None:
             comment += f", workspace {pair.workspace_bytes} B at {out_off}"
         comment += " */"
         self.body.append(f"    {comment}")
         if statement:
             self.body.append(f"    {statement}")
-        first = next((i for i in op.inputs if i >= 0 and self.core.tensors[i].data is None),
-                     None)
-        in_node = self.tensor_node.get(first) if first is not None else None
+        if origin is not None:
+            in_node = node.inputs[0]
+        else:
+            first = next((i for i in op.inputs
+                          if i >= 0 and self.core.tensors[i].data is None), None)
+            in_node = self.tensor_node.get(first) if first is not None else None
         saved = 0
         if pair is not None:
             saved = self.graph[pair.input].bytes + node.bytes - pair.workspace_bytes
-        self.steps.append(Step(k, name, op.op, kernel, layout, out_off,
+        self.steps.append(Step(k, name, label, kernel, layout, out_off,
                                None if in_node is None else self.location[in_node],
                                pair.workspace_bytes if pair else None, saved, moved))
         self.location[name] = out_off
+
+    # ------------------------------------------------------------------ identity rewrites
+    def rewritten_operator(self, node, origin, role: str) -> Operator:
+        """The TFLite operator whose constants the rewrite node ``node`` uses (the original
+        consumer or unary operator), after checking that the rewrite is an identity."""
+        if role not in _REWRITE_HANDLERS:
+            raise CodegenError(f"rewrite node '{node.name}': role {role!r} is not emitted as C "
+                               f"(known: {', '.join(REWRITE_ROLES)})")
+        op = self.core.operators[self.operator_of[origin["of"]]]
+        expected = {"partial": ("CONV_2D",), "accumulate": ("CONV_2D",),
+                    "requantize": ("CONV_2D",), "slice": ("DEPTHWISE_CONV_2D",),
+                    "slice_into": ("DEPTHWISE_CONV_2D",), "pushdown": ("RELU", "RELU6")}[role]
+        if op.op not in expected:
+            raise self.unsupported(op, f"rewrite node '{node.name}' ({role}) of a {op.op}: "
+                                       f"only {' or '.join(expected)} is emitted")
+        concat = origin["concat"]
+        if concat not in self.checked_concats:
+            cop = self.core.operators[self.operator_of[concat]]
+            if not concat_is_copy(self.core, cop):
+                raise self.unsupported(cop, "identity rewrites need a concatenation that only "
+                                            "copies (operands quantized like the output, no "
+                                            "fused activation)")
+            self.checked_concats.add(concat)
+        return op
+
+    def at(self, name: str) -> str:
+        """The arena pointer expression of node ``name`` where it is read at this step."""
+        return f"ARENA({self.location[name]})"
+
+    def acc_at(self, offset_expr: str) -> str:
+        return f"({ACC_TYPE} *){offset_expr}"
+
+    def conv_partial(self, node, op, origin, in_place):
+        """conv2d_partial / conv2d_accumulate: int32 partial sums of one branch's channels."""
+        accumulate = origin["role"] == "accumulate"
+        a = node.attrs
+        branch = self.graph[node.inputs[-1]]
+        if a.get("groups", 1) != 1:
+            raise self.unsupported(op, f"grouped convolution (groups={a['groups']})")
+        params = conv_params(self.core, op)
+        lo, hi = origin["channels"]
+        w = self.core.tensors[op.inputs[1]].data                    # OHWI
+        hwio = np.ascontiguousarray(np.asarray(w)[:, :, :, lo:hi].transpose(1, 2, 3, 0))
+        x_shape, out_shape = tuple(branch.shape), tuple(node.shape)
+        geometry = (tuple(a["stride"]), tuple(a.get("dilation", (1, 1))), tuple(a["padding"]))
+        if len(x_shape) != 4 or x_shape[0] != 1 or x_shape[3] != hi - lo:
+            raise CodegenError(f"rewrite node '{node.name}': input {x_shape} is not batch-1 NHWC "
+                               f"with the {hi - lo} channels [{lo}, {hi})")
+        key = ("conv2d_partial", x_shape, hwio.shape, out_shape, geometry,
+               params.input_zero_point, accumulate)
+        kernel = self.prim_kernel(
+            key, f"serenity_conv2d_{'accumulate' if accumulate else 'partial'}",
+            lambda n: conv2d_partial_prim_func(n, x_shape, hwio.shape, out_shape, *geometry,
+                                               params.input_zero_point, accumulate),
+            const=("x", "w"), accumulator=True)
+        weight = self.const(f"{_c_name(node.name)}_weight", "int8", hwio)
+        out = self.output(node)
+        statement = _call(kernel, [self.at(branch.name), weight, self.acc_at(out)])
+        if accumulate and not in_place:    # the plan keeps the running sum apart: copy it
+            statement = (f"memcpy({out}, {self.at(node.inputs[0])}, {node.bytes});\n    "
+                         + statement)
+        return kernel, "rip" if in_place else "dual", statement
+
+    def conv_requantize(self, node, op, origin, in_place):
+        """requantize: bias, per-channel requantization and clamp of the accumulator."""
+        acc = self.graph[node.inputs[0]]
+        if acc.dtype != "int32" or acc.bytes != 4 * node.bytes:
+            raise CodegenError(f"rewrite node '{node.name}': its accumulator '{acc.name}' is "
+                               f"{acc.bytes} B {acc.dtype}, not int32 for {node.bytes} outputs")
+        rq = conv_params(self.core, op).requant
+        channels = int(node.shape[3])
+        key = ("requantize", tuple(node.shape), rq.output_zero_point, rq.act_min, rq.act_max)
+        kernel = self.prim_kernel(
+            key, "serenity_requantize",
+            lambda n: accumulator_requantize_prim_func(n, node.shape, rq.output_zero_point,
+                                                       rq.act_min, rq.act_max),
+            const=("bias", "multiplier", "shift"), accumulator=True)
+        c = _c_name(node.name)
+        args = [self.acc_at(self.at(acc.name)),
+                self.const(f"{c}_bias", "int32", self.bias(op, channels)),
+                self.const(f"{c}_multiplier", "int32", rq.multiplier),
+                self.const(f"{c}_shift", "int32", rq.shift), self.output(node)]
+        return kernel, "rip" if in_place else "dual", _call(kernel, args)
+
+    def depthwise_slice(self, node, op, origin, in_place):
+        """depthwise_conv2d_slice / _slice_into: one branch's output channels of the
+        consumer depthwise convolution, written into the shared output."""
+        into = origin["role"] == "slice_into"
+        a = node.attrs
+        branch = self.graph[node.inputs[-1]]
+        params = conv_params(self.core, op)
+        rq = params.requant
+        lo, hi = origin["out_channels"]
+        w = np.asarray(self.core.tensors[op.inputs[1]].data)       # (1, KH, KW, C*M)
+        wslice = np.ascontiguousarray(w[0, :, :, lo:hi][:, :, None, :])
+        x_shape, out_shape = tuple(branch.shape), tuple(node.shape)
+        cin_lo, cin_hi = origin["channels"]
+        if len(x_shape) != 4 or x_shape[0] != 1 or x_shape[3] != cin_hi - cin_lo \
+                or (hi - lo) % x_shape[3]:
+            raise CodegenError(f"rewrite node '{node.name}': input {x_shape} does not supply "
+                               f"output channels [{lo}, {hi})")
+        geometry = (tuple(a["stride"]), tuple(a.get("dilation", (1, 1))), tuple(a["padding"]))
+        key = ("depthwise_slice", x_shape, wslice.shape, out_shape, lo, geometry,
+               params.input_zero_point, rq.output_zero_point, rq.act_min, rq.act_max)
+        kernel = self.prim_kernel(
+            key, "serenity_depthwise_slice",
+            lambda n: depthwise_slice_prim_func(n, x_shape, wslice.shape, out_shape, lo,
+                                                *geometry, params.input_zero_point,
+                                                rq.output_zero_point, rq.act_min, rq.act_max),
+            const=("x", "w", "bias", "multiplier", "shift"))
+        c = _c_name(node.name)
+        out = self.output(node)
+        args = [self.at(branch.name), self.const(f"{c}_weight", "int8", wslice),
+                self.const(f"{c}_bias", "int32", self.bias(op, w.shape[3])[lo:hi]),
+                self.const(f"{c}_multiplier", "int32", rq.multiplier[lo:hi]),
+                self.const(f"{c}_shift", "int32", rq.shift[lo:hi]), out]
+        statement = _call(kernel, args)
+        if into and not in_place:       # the plan keeps the earlier slices apart: copy them
+            statement = (f"memcpy({out}, {self.at(node.inputs[0])}, {node.bytes});\n    "
+                         + statement)
+        return kernel, "rip" if in_place else "dual", statement
+
+    def pushdown(self, node, op, origin, in_place):
+        """A unary operator pushed into one branch of the concat: its kernel on the branch."""
+        return self.relu(node, op, in_place, x_ptr=self.at(node.inputs[0]))
 
     # ----------------------------------------------------------------------- op handlers
     def window(self, node, op, in_place):
@@ -494,6 +739,27 @@ class _Emitter:
         return kernel, "rip" if in_place else "dual", \
             _call(kernel, [x_ptr, self.output(node)])
 
+    def relu(self, node, op, in_place, x_ptr: str | None = None):
+        """RELU (TFLM ``ReluQuantized``) and RELU6 (``Relu6Quantized``: a clamp) over the
+        node's ``bytes`` elements; ``x_ptr`` overrides where the input is read (a pushed-down
+        copy reads one branch of the concat its operator read)."""
+        if x_ptr is None:
+            x, x_ptr = self.activation(op, 0)
+        else:
+            x = self.core.tensors[op.inputs[0]]
+        out = self.core.tensors[op.outputs[0]]
+        (si, zi), (so, zo) = self.scale_zp(x), self.scale_zp(out)
+        name = _c_name(node.name)
+        if op.op == "RELU6":
+            low, high = (int(v) for v in relu6_int8(np.array([-128, 127]), si, zi))
+            kernel = self.op_kernel(clamp_kernel(name, node.bytes, low, high))
+        else:
+            m, s = quantize_multiplier(float(np.float32(si) / np.float32(so)))
+            kernel = self.op_kernel(requantize_kernel(name, node.bytes, zi, m, s, zo,
+                                                      max(-128, zo), 127, what="RELU int8"))
+        return kernel, "rip" if in_place else "dual", \
+            _call(kernel, [x_ptr, self.output(node)])
+
     def reshape(self, node, op, in_place):
         x, x_ptr = self.activation(op, 0)
         out_ptr = self.output(node)
@@ -508,9 +774,14 @@ _HANDLERS = {"CONV_2D": _Emitter.window, "DEPTHWISE_CONV_2D": _Emitter.window,
              "FULLY_CONNECTED": _Emitter.fully_connected, "TRANSPOSE": _Emitter.transpose,
              "CONCATENATION": _Emitter.concatenation, "PAD": _Emitter.pad,
              "PADV2": _Emitter.pad, "STRIDED_SLICE": _Emitter.strided_slice,
-             "QUANTIZE": _Emitter.quantize,
+             "QUANTIZE": _Emitter.quantize, "RELU": _Emitter.relu, "RELU6": _Emitter.relu,
              "RESHAPE": _Emitter.reshape}
 assert set(_HANDLERS) == set(SUPPORTED_OPS)
+_REWRITE_HANDLERS = {"partial": _Emitter.conv_partial, "accumulate": _Emitter.conv_partial,
+                     "requantize": _Emitter.conv_requantize,
+                     "slice": _Emitter.depthwise_slice, "slice_into": _Emitter.depthwise_slice,
+                     "pushdown": _Emitter.pushdown}
+assert set(_REWRITE_HANDLERS) == set(REWRITE_ROLES)
 
 
 def _describe(t: Tensor) -> str:
@@ -518,19 +789,32 @@ def _describe(t: Tensor) -> str:
     return f"'{t.name}' int8 {list(t.shape)}, scale {scale!r}, zero point {zp}"
 
 
+def _rewrite_lines(graph: Graph) -> list[str]:
+    """Header comment lines naming the identity rewrites ``graph`` carries."""
+    rewrites: dict[str, tuple[str, int]] = {}
+    for node in graph.nodes.values():
+        origin = node.attrs.get("rewrite")
+        if origin and origin.get("role") in ("partial", "slice"):
+            rewrites[origin["of"]] = (origin["pattern"], origin.get("steps", 0))
+    return [f" * Identity rewrite: {pattern} of {of} ({steps} partial steps over the inputs "
+            f"of its concat)." for of, (pattern, steps) in rewrites.items()]
+
+
 def emit_model(core: IntegerCore, graph: Graph, plan: ArenaPlan, *, opt_level: str | None = "O2",
-               name: str | None = None) -> EmittedModel:
+               name: str | None = None, source_graph: Graph | None = None) -> EmittedModel:
     """Emit ``model.c``/``model.h`` for ``core`` (:func:`integer_core`), its graph IR
-    (``tflite_to_graph(core.model, fold_pad=True)``) and a verified arena plan of that graph
-    (``alloc.plan_arena``, alignment 1). ``opt_level``: the GCC optimisation level the model's
-    functions get (None: the build's own)."""
+    (``tflite_to_graph(core.model, fold_pad=True)``, possibly rewritten by
+    :func:`tvm_serenity.rewrite.rewrite_graph`; ``source_graph`` is then the graph before
+    rewriting) and a verified arena plan of that graph (``alloc.plan_arena``, alignment 1).
+    ``opt_level``: the GCC optimisation level the model's functions get (None: the build's
+    own)."""
     model = core.model
     if plan.alignment != 1:
         raise CodegenError(f"the C emitter needs an alignment-1 plan, got {plan.alignment}")
     if opt_level is not None and not re.fullmatch(r"O[0-3s]|Ofast", opt_level):
         raise CodegenError(f"opt_level must be O0..O3, Os or Ofast, got {opt_level!r}")
     name = name or model.name
-    emitter = _Emitter(model, graph, plan)
+    emitter = _Emitter(model, graph, plan, source_graph)
     in_node = emitter.tensor_node[model.inputs[0]]
     out_node = emitter.tensor_node[model.outputs[0]]
     for n in graph.input_names:
@@ -546,7 +830,7 @@ def emit_model(core: IntegerCore, graph: Graph, plan: ArenaPlan, *, opt_level: s
               f" * Order of {len(plan.order)} steps, arena plan '{plan.planner}' "
               f"({plan.status}): {plan.arena_bytes} B (liveness peak "
               f"{plan.liveness_peak_bytes} B), {len(plan.inplace)} in-place steps, "
-              f"{len(plan.moves)} right shifts.", " */"]
+              f"{len(plan.moves)} right shifts.", *_rewrite_lines(graph), " */"]
     scratch_decls = []
     if emitter.scratch16:
         scratch_decls.append(f"static int16_t scratch16[{emitter.scratch16}];")
@@ -568,7 +852,8 @@ def emit_model(core: IntegerCore, graph: Graph, plan: ArenaPlan, *, opt_level: s
         '#include "model.h"', "",
         "static uint8_t arena[MODEL_ARENA_BYTES];",
         "#define ARENA(offset) ((int8_t *)(arena + (offset)))", *scratch_decls, "",
-        c_helpers(), *emitter.consts, *emitter.definitions, *run, *pragma_off, ""])
+        c_helpers(), *([_ACC_TYPEDEF] if emitter.accumulators else []), *emitter.consts,
+        *emitter.definitions, *run, *pragma_off, ""])
     scratch_bytes = 2 * emitter.scratch16 + 4 * emitter.scratch32
     guard = "SERENITY_MODEL_H"
     stripped = (f" * Stripped at the edges: {', '.join(core.stripped)} (float32 <-> int8); "

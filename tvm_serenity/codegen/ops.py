@@ -5,7 +5,8 @@ generated from TIR (:mod:`.kernels`, :mod:`.plain_c`). The remaining operators M
 around them are generated here directly as C99 text, from the integer semantics of
 :mod:`tvm_serenity.frontend.reference` (the arithmetic specification; tests check every
 kernel against it bit for bit): MEAN, FULLY_CONNECTED, TRANSPOSE, CONCATENATION, PAD,
-STRIDED_SLICE, int8 QUANTIZE (requantize) and RESHAPE (a copy, or nothing when aliased). They
+STRIDED_SLICE, int8 QUANTIZE (requantize), RELU and RELU6 (TFLM's ``ReluQuantized`` /
+``Relu6Quantized``) and RESHAPE (a copy, or nothing when aliased). They
 are a small share of a network's cycles, so the C is written for clarity with constants baked
 in (loop bounds, strides, zero points, multipliers); none divides inside a loop.
 
@@ -13,7 +14,8 @@ Every kernel is ``static void name(const int8_t *input, int8_t *output, ...)`` (
 takes one input pointer per operand). In-place safety, which the graph emitter relies on when
 the arena plan overlaps input and output (docs/rip.md):
 
-* QUANTIZE reads element ``i`` before writing element ``i``: exact alias (same offset) is safe.
+* QUANTIZE, RELU and RELU6 read element ``i`` before writing element ``i``: exact alias (same
+  offset) is safe.
 * MEAN accumulates a whole reduction block into the int32 ``acc`` scratch before writing any of
   its outputs; for a global spatial mean (one block) any overlap is safe.
 * FULLY_CONNECTED gathers one input row (``x - zero_point`` as int16) into ``scratch`` before
@@ -37,7 +39,7 @@ from .spec import INT8_MAX, INT8_MIN, CodegenError
 
 __all__ = ["c_helpers", "OpKernel", "c_array", "mean_kernel", "fully_connected_kernel",
            "transpose_kernel", "concatenation_kernel", "pad_kernel", "strided_slice_kernel",
-           "requantize_kernel"]
+           "requantize_kernel", "clamp_kernel"]
 
 
 def c_helpers() -> str:
@@ -311,18 +313,36 @@ static void {name}(const int8_t *input, int8_t *output) {{
 
 
 def requantize_kernel(name: str, elements: int, input_zero_point: int, multiplier: int,
-                      shift: int, output_zero_point: int) -> OpKernel:
-    """int8 -> int8 QUANTIZE (``reference_ops::Requantize``): ``clamp(MBQM(x - zp_in, m, s) +
-    zp_out)`` elementwise; element ``i`` is read before it is written."""
-    _check_int8(name, input_zero_point, output_zero_point)
+                      shift: int, output_zero_point: int, act_min: int = -128,
+                      act_max: int = 127, what: str = "QUANTIZE int8 -> int8") -> OpKernel:
+    """``clamp(MBQM(x - zp_in, m, s) + zp_out, act_min, act_max)`` elementwise: int8 -> int8
+    QUANTIZE (``reference_ops::Requantize``, the full int8 range) and TFLM's ``ReluQuantized``
+    (``act_min = max(-128, zp_out)``); element ``i`` is read before it is written."""
+    _check_int8(name, input_zero_point, output_zero_point, act_min, act_max)
     _check_requant(name, multiplier, shift)
     source = f"""\
-/* QUANTIZE int8 -> int8: {elements} elements. */
+/* {what}: {elements} elements, requantized, clamped to [{act_min}, {act_max}]. */
 static void {name}(const int8_t *input, int8_t *output) {{
     for (int32_t i = 0; i < {elements}; ++i) {{
         output[i] = serenity_clamp(serenity_mbqm((int32_t)input[i] {_plus(-input_zero_point)},
                                                  {multiplier}, {shift})
-                                   {_plus(output_zero_point)}, -128, 127);
+                                   {_plus(output_zero_point)}, {act_min}, {act_max});
+    }}
+}}
+"""
+    return OpKernel(name, source)
+
+
+def clamp_kernel(name: str, elements: int, low: int, high: int, what: str = "RELU6") -> OpKernel:
+    """``output[i] = min(max(input[i], low), high)`` (TFLM's int8 ``Relu6Quantized``: no
+    rescaling, ``[zp, zp + round(6 / scale)]`` of the input); element ``i`` is read before it
+    is written."""
+    _check_int8(name, low, high)
+    source = f"""\
+/* {what} int8: {elements} elements clamped to [{low}, {high}]. */
+static void {name}(const int8_t *input, int8_t *output) {{
+    for (int32_t i = 0; i < {elements}; ++i) {{
+        output[i] = serenity_clamp(input[i], {low}, {high});
     }}
 }}
 """

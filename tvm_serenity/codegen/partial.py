@@ -1,4 +1,4 @@
-"""TIR kernels of the identity rewrites (:mod:`tvm_serenity.rewrite`), for the Relax host path.
+"""TIR kernels of the identity rewrites (:mod:`tvm_serenity.rewrite`), for Relax and for C.
 
 Each kernel is one PrimFunc over the tensors in their own shapes (NHWC activations, HWIO
 weights) with the **destination last**, so the same function serves ``R.call_tir`` (a fresh
@@ -18,9 +18,18 @@ place):
   multiplier, shift) + z_out)`` with :func:`.kernels.requantize` (TFLite's arithmetic, bit-exact
   with the reference) and the per-channel tables of the slice; the other channels of ``y`` are
   not touched, so the slices of one output fill it in place, in any order.
+* :func:`accumulator_requantize_prim_func` (the end of channel-wise partitioning):
+  ``y[0, oh, ow, o] = clamp(MBQM(acc[0, oh, ow, o] + bias[o], multiplier[o], shift[o]) +
+  z_out)``, the convolution's own epilogue on the accumulated partial sums, with
+  :func:`.kernels.requantize`.  It visits the elements in memory order and reads ``acc``'s
+  element ``j`` (bytes ``4j .. 4j+3``) before it writes ``y``'s element ``j`` (byte ``j <= 4j``),
+  so the int8 result may be written over the int32 accumulator it reads (both pointers at the
+  same address: the C path's in-place requantize); under Relax it writes a fresh tensor.
 
 The loops are plain (one multiply-accumulate per iteration): these kernels make the rewrites
-run, bit-exact, under TVM on the host; the MCU kernels are :mod:`.kernels`.
+run, bit-exact, under TVM on the host, and the graph C emitter lowers the same functions to
+plain C (:func:`.plain_c.emit_c_function`) when a rewritten model is deployed; the MCU kernels
+of the other layers are :mod:`.kernels`.
 """
 
 from __future__ import annotations
@@ -34,7 +43,8 @@ from tvm.script.ir_builder import tirx as T
 
 from .kernels import _cast, _let, _local, _loop, _store, _store_clamped, requantize
 
-__all__ = ["conv2d_partial_prim_func", "depthwise_slice_prim_func"]
+__all__ = ["conv2d_partial_prim_func", "depthwise_slice_prim_func",
+           "accumulator_requantize_prim_func"]
 
 
 def _taps(x, kernel, stride, dilation, padding, oh, ow, body):
@@ -110,4 +120,26 @@ def depthwise_slice_prim_func(name: str, x_shape: Sequence[int], w_shape: Sequen
             value = requantize(s[0], multiplier[k], shift[k])
             _store_clamped(y, (0, oh, ow, out_lo + k), value + output_zero_point, act_min,
                            act_max)
+    return builder.get()
+
+
+def accumulator_requantize_prim_func(name: str, out_shape: Sequence[int],
+                                     output_zero_point: int, act_min: int,
+                                     act_max: int) -> tirx.PrimFunc:
+    """``(acc int32 NHWC, bias, multiplier, shift int32 (C,), y int8 NHWC)``: ``y`` is ``acc``
+    plus the bias, requantized per output channel and clamped (module docstring); safe with
+    ``y`` written over ``acc`` (the same address)."""
+    _, oh_n, ow_n, channels = (int(d) for d in out_shape)
+    with IRBuilder() as builder:
+        with T.prim_func():
+            T.func_name(name)
+            acc = T.arg("acc", T.Buffer(tuple(out_shape), "int32"))
+            bias, multiplier, shift = (T.arg(n, T.Buffer((channels,), "int32"))
+                                       for n in ("bias", "multiplier", "shift"))
+            y = T.arg("y", T.Buffer(tuple(out_shape), "int8"))
+            s = _local("s")
+            with _loop("oh", oh_n) as oh, _loop("ow", ow_n) as ow, _loop("o", channels) as o:
+                _store(s, 0, acc[0, oh, ow, o] + bias[o])
+                value = requantize(s[0], multiplier[o], shift[o])
+                _store_clamped(y, (0, oh, ow, o), value + output_zero_point, act_min, act_max)
     return builder.get()

@@ -22,6 +22,11 @@ calls it on ``ws + S - N_in`` and ``ws`` (:func:`emit_c_kernel`), so both layout
 machine code; the RiP TIR itself (views on the workspace) is what the host build and the
 Relax in-place lowering run.
 
+:func:`emit_c_function` is the same lowering for any other PrimFunc (e.g. the partial
+convolutions of :mod:`.partial` that identity graph rewriting emits): a ``static void``
+definition whose buffer parameters are pointers of their element type, with chosen parameters
+``const``-qualified or given another C element type.
+
 The result needs only ``<stdint.h>``.  On Cortex-M0+ the only external symbols are libgcc's
 ``__aeabi_*`` helpers (``__aeabi_idiv`` for AVERAGE_POOL's per-output division; the
 requantization needs no 64-bit arithmetic).  Right shifts of negative ``int32_t`` are assumed
@@ -37,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import re
+from typing import Collection, Mapping
 
 import tvm
 from tvm import tirx
@@ -143,6 +149,39 @@ def _dual_definition(spec: LayerSpec, symbol: str) -> str:
         raise CodegenError(f"CodeGenC parameters {emitted} differ from the ABI "
                            f"{[p.name for p in params]}")
     return f"{c_prototype(spec, 'dual', symbol)} {{\n{body}"
+
+
+def emit_c_function(func: tirx.PrimFunc, symbol: str, *, const: Collection[str] = (),
+                    types: Mapping[str, str] | None = None, storage: str = "static") -> str:
+    """``func`` lowered by the plain-C pipeline (``FlattenBuffer``: multi-dimensional buffers
+    become flat row-major arrays) into one dependency-free C99 definition
+    ``<storage> void symbol(<type> *<param>, ...) { ... }``.
+
+    Each buffer parameter becomes a pointer to its element type (:func:`pointer_params`), with
+    the PrimFunc's parameter names; those named in ``const`` point to ``const`` data and
+    ``types`` replaces the element type of the named parameters (e.g. an unaligned ``int32_t``
+    typedef the caller defines). Scalar parameters are kept as they are. ``storage`` is the
+    definition's storage class (``""``: external linkage)."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", symbol):
+        raise CodegenError(f"kernel name {symbol!r} is not a C identifier")
+    types = dict(types or {})
+    args, body = _lower_to_c(pointer_params(func.with_attr("global_symbol", symbol)), symbol,
+                             "void")
+    params, seen = [], set()
+    for arg in (a.strip() for a in args.split(",") if a.strip()):
+        if "*" not in arg:
+            params.append(arg)
+            continue
+        ctype, name = (part.strip() for part in arg.rsplit("*", 1))
+        seen.add(name)
+        qualifier = "const " if name in const else ""
+        params.append(f"{qualifier}{types.get(name, ctype)} *{name}")
+    unknown = (set(const) | set(types)) - seen
+    if unknown:
+        raise CodegenError(f"{symbol} has no pointer parameters {sorted(unknown)} "
+                           f"(it has {sorted(seen)})")
+    head = f"{storage} void" if storage else "void"
+    return f"{head} {symbol}({', '.join(params)}) {{\n{body}"
 
 
 def _lower_to_c(func: tirx.PrimFunc, symbol: str, return_type: str) -> tuple[str, str]:
