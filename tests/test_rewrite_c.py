@@ -13,6 +13,8 @@ import subprocess
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from test_rewrite_pass import concat_cell
 from tflite_cases import SINGLE_OP_MODELS, add_conv
@@ -297,3 +299,28 @@ def test_channel_wise_cell_runs_on_rp2040js(tmp_path):
     result = run(compiled.out_dir)                   # rp2040js; raises unless bit-exact
     assert result.backend == "rp2040js" and result.cycles > 0
     assert result.arena_bytes == compiled.arena_bytes == 3328 < plain.arena_bytes == 6144
+
+
+@pytest.mark.slow
+@needs_cc
+@settings(max_examples=10, deadline=None, derandomize=True)
+@given(consumer=st.sampled_from(["CONV_2D", "DEPTHWISE_CONV_2D"]),
+       branch_channels=st.lists(st.integers(1, 12), min_size=2, max_size=4),
+       hw=st.integers(3, 9), kernel=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+       stride=st.tuples(st.integers(1, 2), st.integers(1, 2)),
+       padding=st.sampled_from(["SAME", "VALID"]),
+       unary=st.sampled_from([(), ("RELU",), ("RELU6",), ("RELU", "RELU6")]),
+       out_channels=st.integers(1, 6), rip=st.booleans(), seed=st.integers(0, 1000))
+def test_random_cells_compile_bit_exact_and_never_plan_more(
+        tmp_path_factory, consumer, branch_channels, hw, kernel, stride, padding, unary,
+        out_channels, rip, seed):
+    tmp = tmp_path_factory.mktemp("cell")
+    path = concat_cell(tmp, consumer, len(branch_channels), hw, 3, tuple(branch_channels),
+                       kernel, stride, padding, unary, out_channels, seed=seed)
+    plain = compile_tflite(path, "host", tmp / "plain", rip=rip, build=False)
+    compiled = compile_tflite(path, "host", tmp / "rewrite", rip=rip, rewrite=True)
+    r = compiled.rewrite
+    assert r.peak_after <= r.peak_before == plain.schedule.peak_bytes
+    assert bool(r.applied) == (r.peak_after < r.peak_before)
+    assert compiled.plan.liveness_peak_bytes <= plain.plan.liveness_peak_bytes
+    _seeds_bit_exact(tmp / "rewrite", compiled.emitted.input_bytes, seeds=(seed, seed + 1))
