@@ -720,3 +720,68 @@ def test_rip_and_dual_layouts_cost_the_same_cycles(tmp_path, op, hw, channels, k
         assert len(compiled.plan.inplace) == (1 if rip else 0)
         cycles[rip] = run(out).cycles
     assert cycles[True] <= 1.01 * cycles[False], cycles
+
+
+# ------------------------------------------------------------------ identity-rewrite variants
+def test_partial_conv2d_kernels_sum_to_the_whole_accumulator():
+    """LayerSpec.conv2d_partial over a channel split (assign, then accumulate) leaves exactly
+    the int32 accumulator of the whole convolution (numpy over the zero-padded input)."""
+    rng = np.random.default_rng(0)
+    x = rng.integers(-128, 128, (1, 7, 6, 10)).astype(np.int8)
+    w = rng.integers(-127, 128, (5, 3, 2, 10)).astype(np.int8)            # OHWI
+    pad, stride, dil = (1, 1, 1, 0), (2, 1), (1, 2)
+    xs = np.pad(x.astype(np.int64) + 7, ((0, 0), pad[:2], pad[2:], (0, 0)))
+    want = np.zeros((1, 4, 5, 5), np.int64)
+    for kh in range(3):
+        for kw in range(2):
+            win = xs[:, kh * dil[0]::stride[0], kw * dil[1]::stride[1]][:, :4, :5]
+            want += np.einsum("nhwc,oc->nhwo", win, w[:, kh, kw].astype(np.int64))
+    acc = tvm.runtime.tensor(np.full(want.size, 99, np.int32))
+    for i, (lo, hi) in enumerate([(0, 3), (3, 4), (4, 10)]):
+        spec = LayerSpec.conv2d_partial((7, 6, hi - lo), 5, (3, 2), stride, dil, pad,
+                                        input_zero_point=-7, accumulate=i > 0)
+        module, symbol = build_llvm(spec, "dual")
+        module[symbol](tvm.runtime.tensor(np.ascontiguousarray(x[..., lo:hi]).reshape(-1)), acc,
+                       tvm.runtime.tensor(pack_conv2d_weight(np.ascontiguousarray(
+                           w[..., lo:hi]))),
+                       tvm.runtime.tensor(np.zeros(spec.scratch_elements, np.int32)))
+    assert np.array_equal(acc.numpy().reshape(want.shape), want)
+
+
+def test_depthwise_slices_fill_the_reference_output():
+    rng = np.random.default_rng(6)
+    cin = 9
+    x = rng.integers(-128, 128, (1, 6, 5, cin)).astype(np.int8)
+    w = rng.integers(-127, 128, (1, 3, 3, cin)).astype(np.int8)
+    bias = rng.integers(-3000, 3000, cin).astype(np.int32)
+    rq = ref.conv_requant(0.05, rng.uniform(0.002, 0.02, cin), 0.1, 3, "RELU6")
+    want = ref.depthwise_conv2d_int8(x, w, bias, ref.ConvParams((2, 1), (1, 1), (1, 1, 0, 2),
+                                                                4, rq))
+    y = tvm.runtime.tensor(np.zeros(want.size, np.int8))
+    for lo, hi in [(2, 6), (0, 2), (6, 9)]:                # any order, each its channels
+        spec = LayerSpec.depthwise_slice((6, 5, hi - lo), (3, 3), (2, 1), 1, (1, 1, 0, 2),
+                                         first_channel=lo, out_channels=cin,
+                                         input_zero_point=4, output_zero_point=3,
+                                         act_min=rq.act_min, act_max=rq.act_max)
+        module, symbol = build_llvm(spec, "dual")
+        tables = [w[0, :, :, lo:hi], bias[lo:hi], np.asarray(rq.multiplier, np.int32)[lo:hi],
+                  np.asarray(rq.shift, np.int32)[lo:hi], np.zeros(spec.scratch_elements,
+                                                                  np.int32)]
+        module[symbol](tvm.runtime.tensor(np.ascontiguousarray(x[..., lo:hi]).reshape(-1)), y,
+                       *(tvm.runtime.tensor(np.ascontiguousarray(t).reshape(-1))
+                         for t in tables))
+        assert f"_into{lo}of{cin}_dual" in symbol
+    assert np.array_equal(y.numpy(), want.reshape(-1))
+
+
+def test_rewrite_variants_reject_what_they_cannot_be():
+    with pytest.raises(CodegenError, match="partial must be one of"):
+        LayerSpec("depthwise_conv2d", LayerSpec.depthwise_conv2d((4, 4, 3), 3).geometry,
+                  partial="assign")
+    with pytest.raises(CodegenError, match="dual layout only"):
+        kernel_params(LayerSpec.conv2d_partial((4, 4, 3), 2, 1), "rip")
+    with pytest.raises(CodegenError, match=r"output_slice \(6, 8\) must place the 3 channels"):
+        LayerSpec.depthwise_slice((4, 4, 3), 3, first_channel=6, out_channels=8)
+    with pytest.raises(CodegenError, match="dual layout only"):
+        kernel_params(LayerSpec.depthwise_slice((4, 4, 3), 3, first_channel=0,
+                                                out_channels=8), "rip")

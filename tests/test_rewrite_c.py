@@ -8,6 +8,7 @@ The cells are tests/test_rewrite_pass.py's ``concat_cell``: x -> n pointwise con
 """
 
 import json
+import re
 import shutil
 import subprocess
 
@@ -53,8 +54,7 @@ CELLS = {
 # C functions every rewritten cell defines and calls (one slice function per output slice)
 PARTIAL_KERNELS = {CHANNEL: ("serenity_conv2d_partial(", "serenity_conv2d_accumulate(",
                              "serenity_requantize("),
-                   KERNEL: ("serenity_depthwise_slice(", "serenity_depthwise_slice_v2(",
-                            "serenity_depthwise_slice_v3(")}
+                   KERNEL: ()}
 
 
 def _seeds_bit_exact(out_dir, nbytes, seeds=(1, 2, 3)):
@@ -101,6 +101,11 @@ def test_rewritten_cell_is_bit_exact_on_host_with_a_smaller_arena(tmp_path, cell
     # the C: the partial kernels, no concatenation, every rewrite node emitted as a step
     c = compiled.emitted.model_c
     assert all(c.count(k) >= 2 for k in PARTIAL_KERNELS[pattern])   # defined and called
+    if pattern == KERNEL:           # one depthwise kernel per slice, into its channels
+        firsts = sorted(n.attrs["rewrite"]["out_channels"][0] for n in graph.nodes.values()
+                        if n.attrs.get("rewrite", {}).get("pattern") == KERNEL)
+        for first in firsts:
+            assert len(re.findall(rf"depthwise_conv2d_\w+_into{first}of\d+_dual\(", c)) >= 2
     assert "CONCATENATION" not in c and "concatenation_" not in c
     assert "CONCATENATION" in plain.emitted.model_c
     steps = {s.node: s for s in compiled.emitted.steps}

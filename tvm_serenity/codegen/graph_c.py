@@ -39,14 +39,16 @@ operator whose TFLite constants it uses. The new nodes are emitted by their role
 
 * ``conv2d_partial`` / ``conv2d_accumulate`` (channel-wise partitioning): the int32 partial
   sums of the consumer CONV_2D over one branch's input channels, with the weight slice
-  ``W[:, :, :, C_i]`` (:func:`.partial.conv2d_partial_prim_func` lowered to C); the first
-  assigns the accumulator, the others add to it in place;
+  ``W[:, :, :, C_i]``, by the conv2d kernel's own gather and dot loops
+  (:meth:`.spec.LayerSpec.conv2d_partial`); the first assigns the accumulator, the others add
+  to it in place;
 * ``requantize``: the consumer's bias, per-channel requantization and clamp on the
   accumulator (:func:`.partial.accumulator_requantize_prim_func`), its int8 result written
   front to back over the accumulator when the plan aliases them;
 * ``depthwise_conv2d_slice`` / ``..._slice_into`` (kernel-wise partitioning): the consumer
   DEPTHWISE_CONV_2D's output channels of one branch, with its weight, bias and requantization
-  slices (:func:`.partial.depthwise_slice_prim_func`), written into the shared output;
+  slices, written into the shared output (multiplier 1: the depthwise kernel's own row loops,
+  :meth:`.spec.LayerSpec.depthwise_slice`; otherwise :func:`.partial.depthwise_slice_prim_func`);
 * a pushed-down unary (RELU, RELU6): the original operator's kernel on one branch.
 
 An aliasing step (accumulate, slice_into, requantize, unary) runs on one address when the plan
@@ -91,12 +93,11 @@ from ..frontend.reference import (activation_range, add_params, conv_params,
                                   strided_slice_params)
 from ..frontend.tflite_model import (Operator, Tensor, TFLiteModel, UnsupportedOperatorError)
 from ..frontend.to_graph import foldable_pads
-from .kernels import default_kernel_name
+from .kernels import default_kernel_name, make_prim_func
 from .ops import (OpKernel, c_array, c_helpers, clamp_kernel, concatenation_kernel,
                   fully_connected_kernel, mean_kernel, pad_kernel, requantize_kernel,
                   strided_slice_kernel, transpose_kernel)
-from .partial import (accumulator_requantize_prim_func, conv2d_partial_prim_func,
-                      depthwise_slice_prim_func)
+from .partial import accumulator_requantize_prim_func, depthwise_slice_prim_func
 from .plain_c import emit_c_function, emit_c_kernel
 from .spec import AddRescale, CodegenError, LayerSpec, pack_conv2d_weight
 
@@ -480,31 +481,34 @@ class _Emitter:
         return f"({ACC_TYPE} *){offset_expr}"
 
     def conv_partial(self, node, op, origin, in_place):
-        """conv2d_partial / conv2d_accumulate: int32 partial sums of one branch's channels."""
+        """conv2d_partial / conv2d_accumulate: int32 partial sums of one branch's channels,
+        by the conv2d kernel's own gather and dot loops (:meth:`.spec.LayerSpec.
+        conv2d_partial`)."""
         accumulate = origin["role"] == "accumulate"
         a = node.attrs
         branch = self.graph[node.inputs[-1]]
         if a.get("groups", 1) != 1:
             raise self.unsupported(op, f"grouped convolution (groups={a['groups']})")
-        params = conv_params(self.core, op)
         lo, hi = origin["channels"]
-        w = self.core.tensors[op.inputs[1]].data                    # OHWI
-        hwio = np.ascontiguousarray(np.asarray(w)[:, :, :, lo:hi].transpose(1, 2, 3, 0))
         x_shape, out_shape = tuple(branch.shape), tuple(node.shape)
-        geometry = (tuple(a["stride"]), tuple(a.get("dilation", (1, 1))), tuple(a["padding"]))
         if len(x_shape) != 4 or x_shape[0] != 1 or x_shape[3] != hi - lo:
             raise CodegenError(f"rewrite node '{node.name}': input {x_shape} is not batch-1 NHWC "
                                f"with the {hi - lo} channels [{lo}, {hi})")
-        key = ("conv2d_partial", x_shape, hwio.shape, out_shape, geometry,
-               params.input_zero_point, accumulate)
+        spec = LayerSpec.conv2d_partial(
+            x_shape[1:], out_shape[3], tuple(a["kernel"]), tuple(a["stride"]),
+            tuple(a.get("dilation", (1, 1))), tuple(a["padding"]),
+            input_zero_point=conv_params(self.core, op).input_zero_point, accumulate=accumulate)
         kernel = self.prim_kernel(
-            key, f"serenity_conv2d_{'accumulate' if accumulate else 'partial'}",
-            lambda n: conv2d_partial_prim_func(n, x_shape, hwio.shape, out_shape, *geometry,
-                                               params.input_zero_point, accumulate),
-            const=("x", "w"), accumulator=True)
-        weight = self.const(f"{_c_name(node.name)}_weight", "int8", hwio)
+            ("conv2d_partial", spec),
+            f"serenity_conv2d_{'accumulate' if accumulate else 'partial'}",
+            lambda n: make_prim_func(spec, "dual", n), const=("input", "weight"),
+            accumulator=True)
+        self.scratch32 = max(self.scratch32, spec.scratch_elements)
+        w = np.asarray(self.core.tensors[op.inputs[1]].data)          # OHWI
+        weight = self.const(f"{_c_name(node.name)}_weight", "int32",
+                            pack_conv2d_weight(np.ascontiguousarray(w[:, :, :, lo:hi])))
         out = self.output(node)
-        statement = _call(kernel, [self.at(branch.name), weight, self.acc_at(out)])
+        statement = _call(kernel, [self.at(branch.name), self.acc_at(out), weight, "scratch32"])
         if accumulate and not in_place:    # the plan keeps the running sum apart: copy it
             statement = (f"memcpy({out}, {self.at(node.inputs[0])}, {node.bytes});\n    "
                          + statement)
@@ -549,21 +553,29 @@ class _Emitter:
             raise CodegenError(f"rewrite node '{node.name}': input {x_shape} does not supply "
                                f"output channels [{lo}, {hi})")
         geometry = (tuple(a["stride"]), tuple(a.get("dilation", (1, 1))), tuple(a["padding"]))
-        key = ("depthwise_slice", x_shape, wslice.shape, out_shape, lo, geometry,
-               params.input_zero_point, rq.output_zero_point, rq.act_min, rq.act_max)
-        kernel = self.prim_kernel(
-            key, "serenity_depthwise_slice",
-            lambda n: depthwise_slice_prim_func(n, x_shape, wslice.shape, out_shape, lo,
-                                                *geometry, params.input_zero_point,
-                                                rq.output_zero_point, rq.act_min, rq.act_max),
-            const=("x", "w", "bias", "multiplier", "shift"))
+        quant = dict(input_zero_point=params.input_zero_point,
+                     output_zero_point=rq.output_zero_point, act_min=rq.act_min,
+                     act_max=rq.act_max)
         c = _c_name(node.name)
         out = self.output(node)
-        args = [self.at(branch.name), self.const(f"{c}_weight", "int8", wslice),
-                self.const(f"{c}_bias", "int32", self.bias(op, w.shape[3])[lo:hi]),
-                self.const(f"{c}_multiplier", "int32", rq.multiplier[lo:hi]),
-                self.const(f"{c}_shift", "int32", rq.shift[lo:hi]), out]
-        statement = _call(kernel, args)
+        tables = [self.const(f"{c}_weight", "int8", wslice),
+                  self.const(f"{c}_bias", "int32", self.bias(op, w.shape[3])[lo:hi]),
+                  self.const(f"{c}_multiplier", "int32", rq.multiplier[lo:hi]),
+                  self.const(f"{c}_shift", "int32", rq.shift[lo:hi])]
+        if hi - lo == x_shape[3]:       # multiplier 1: the depthwise kernel's own row loops
+            spec = LayerSpec.depthwise_slice(x_shape[1:], tuple(a["kernel"]), *geometry,
+                                             first_channel=lo, out_channels=out_shape[3],
+                                             **quant)
+            kernel = self.tir_kernel(spec, "dual")
+            statement = _call(kernel, [self.at(branch.name), out, *tables, "scratch32"])
+        else:
+            kernel = self.prim_kernel(
+                ("depthwise_slice", x_shape, wslice.shape, out_shape, lo, geometry,
+                 tuple(quant.values())), "serenity_depthwise_slice",
+                lambda n: depthwise_slice_prim_func(n, x_shape, wslice.shape, out_shape, lo,
+                                                    *geometry, *quant.values()),
+                const=("x", "w", "bias", "multiplier", "shift"))
+            statement = _call(kernel, [self.at(branch.name), *tables, out])
         if into and not in_place:       # the plan keeps the earlier slices apart: copy them
             statement = (f"memcpy({out}, {self.at(node.inputs[0])}, {node.bytes});\n    "
                          + statement)

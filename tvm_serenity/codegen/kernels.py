@@ -282,7 +282,19 @@ def _emit_conv_kernel(spec: LayerSpec, x, y, buffers: dict):
         for j in range(PACK):
             _store(scratch, window + block * PACK + j, acc[j])
 
-    bias, multiplier, shift = buffers["bias"], buffers["multiplier"], buffers["shift"]
+    def epilogue(q, co):
+        """Output ``co`` of pixel ``q`` from its int32 sum: requantized, or (a partial)
+        stored into / added to the accumulator."""
+        total = scratch[window + co]
+        if spec.partial is None:
+            value = requantize(total + buffers["bias"][co], buffers["multiplier"][co],
+                               buffers["shift"][co])
+            _store_clamped(y, q * cout + co, value + spec.output_zero_point, spec.act_min,
+                           spec.act_max)
+        else:
+            _store(y, q * cout + co,
+                   y[q * cout + co] + total if spec.partial == "accumulate" else total)
+
     with _loop("oh", g.out_height) as oh:
         with _loop("ow", out_w) as ow:
             gather(oh, ow)
@@ -290,9 +302,7 @@ def _emit_conv_kernel(spec: LayerSpec, x, y, buffers: dict):
                 dot(block)
             q = _let("q", oh * out_w + ow)
             with _loop("co", cout) as co:
-                value = requantize(scratch[window + co] + bias[co], multiplier[co], shift[co])
-                _store_clamped(y, q * cout + co, value + spec.output_zero_point, spec.act_min,
-                               spec.act_max)
+                epilogue(q, co)
 
 
 # ------------------------------------------------------------------ channel-wise ops
@@ -422,7 +432,14 @@ def _emit_channelwise_kernel(spec: LayerSpec, x, y, buffers: dict):
                     outputs(oh, c, group * ROW_BLOCK, ROW_BLOCK, quant)
             if rest:
                 outputs(oh, c, out_w - rest, rest, quant)
-        _copy_row(y, oh * out_w * ch, rowbuf, out_w * ch)
+        if spec.output_slice is None:
+            _copy_row(y, oh * out_w * ch, rowbuf, out_w * ch)
+        else:                               # this slice's channels of a wider output row
+            first, total = spec.output_slice
+            with _loop("ow", out_w) as ow:
+                dst = _let("dst", (oh * out_w + ow) * total + first)
+                _unrolled("k", ch, COPY_UNROLL, lambda k: _store(y, dst + k,
+                                                                 rowbuf[ow * ch + k]))
 
 
 # ------------------------------------------------------------------ add
@@ -462,7 +479,7 @@ def make_prim_func(spec: LayerSpec, layout: str = "rip", name: str | None = None
                 x = _view(ws, "input", "int8", spec.input_bytes, spec.rip_input_offset)
                 y = _view(ws, "output", "int8", spec.output_bytes, 0)
             else:
-                x, y = buffers["input"], buffers["output"]
+                x, y = buffers["input"], buffers.get("output", buffers.get("acc"))
             emit = {"add": _emit_add_kernel, "conv2d": _emit_conv_kernel}.get(
                 spec.op, _emit_channelwise_kernel)
             emit(spec, x, y, buffers)
@@ -473,8 +490,10 @@ def default_kernel_name(spec: LayerSpec, layout: str) -> str:
     """A descriptive C identifier, e.g. ``conv2d_3x3s2x2_16x16x8_to_16_rip``."""
     g = spec.geometry
     h, w, c = g.in_hwc
+    variant = (f"_into{spec.output_slice[0]}of{spec.output_slice[1]}" if spec.output_slice
+               else f"_{spec.partial}" if spec.partial else "")
     return (f"{spec.op}_{g.kernel[0]}x{g.kernel[1]}s{g.stride[0]}x{g.stride[1]}"
-            f"_{h}x{w}x{c}_to_{g.out_channels}_{layout}")
+            f"_{h}x{w}x{c}_to_{g.out_channels}{variant}_{layout}")
 
 
 def build_llvm(spec: LayerSpec, layout: str = "rip", name: str | None = None):

@@ -25,7 +25,17 @@ depthwise_conv2d      as conv2d with ``weight`` int8 ``KH*KW*C`` (TFLite's ``1 x
 max/avg_pool2d        ``ws`` | ``input, output``; ``scratch``
 add                   ``ws`` (holds input 1, receives the output) | ``input, output``;
                       then ``input2`` (int8, same shape)
+depthwise, ``output_  dual only: as depthwise_conv2d, ``output`` holding ``H_out*W_out*total``
+slice``               channels (:meth:`LayerSpec.depthwise_slice`)
+conv2d, ``partial``   dual only: ``input, acc`` (int32, ``H_out*W_out*C_out``), ``weight``
+                      (packed as for conv2d), ``scratch``
 ====================  ==========================================================================
+
+A conv2d with ``partial`` set (``"assign"`` or ``"accumulate"``, :meth:`LayerSpec.
+conv2d_partial`) is one partial convolution of identity graph rewriting's channel-wise
+partitioning (:mod:`tvm_serenity.rewrite`): the same gather and dot loops, and instead of
+requantizing, ``acc = sum`` or ``acc += sum`` per output element (no bias: the requantize
+after the last partial adds it).
 
 conv2d weights are packed four output channels to a word (:func:`pack_conv2d_weight`): word
 ``b*K + k`` (``K = KH*KW*C_in``, ``k`` the flat OHWI index within a filter) holds the int8
@@ -74,6 +84,7 @@ from ..errors import SerenityError
 from ..rip import ConvGeometry, RipArgumentError, RipWorkspace, rip_workspace_for_geometry
 
 OPS = ("conv2d", "depthwise_conv2d", "max_pool2d", "avg_pool2d", "add")
+PARTIAL_MODES = ("assign", "accumulate")
 PACK = 4                    # conv2d output channels per packed weight word
 LAYOUTS = ("rip", "dual")
 INT8_MIN, INT8_MAX = -128, 127
@@ -168,6 +179,8 @@ class LayerSpec:
     act_max: int = INT8_MAX
     add: AddRescale | None = None
     workspace_bytes: int | None = None      # RiP workspace S; None means the minimum S*
+    partial: str | None = None              # conv2d only: "assign" / "accumulate" int32 sums
+    output_slice: tuple[int, int] | None = None   # depthwise only: (first channel, channels)
     rip: RipWorkspace = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -200,6 +213,18 @@ class LayerSpec:
                 raise CodegenError("add is elementwise: kernel 1, stride 1, no padding")
         elif self.add is not None:
             raise CodegenError(f"{self.op} takes no AddRescale")
+        if self.output_slice is not None:
+            first, total = (_as_int("output_slice", v) for v in self.output_slice)
+            object.__setattr__(self, "output_slice", (first, total))
+            if self.op != "depthwise_conv2d" or first < 0 \
+                    or first + g.out_channels > total:
+                raise CodegenError(f"output_slice {self.output_slice} must place the "
+                                   f"{g.out_channels} channels of a depthwise_conv2d in a wider "
+                                   f"output, got it on {self.op}")
+        if self.partial is not None and (self.op != "conv2d"
+                                         or self.partial not in PARTIAL_MODES):
+            raise CodegenError(f"partial must be one of {PARTIAL_MODES} on a conv2d, got "
+                               f"{self.partial!r} on {self.op}")
         rip = rip_workspace_for_geometry(g)
         object.__setattr__(self, "rip", rip)
         if self.workspace_bytes is not None:
@@ -228,6 +253,27 @@ class LayerSpec:
         ``input_zero_point, output_zero_point, act_min, act_max, workspace_bytes``."""
         return cls("conv2d", _geometry(in_hwc, out_channels, kernel, stride, dilation,
                                        padding, 1), **quant)
+
+    @classmethod
+    def conv2d_partial(cls, in_hwc, out_channels, kernel, stride=1, dilation=1,
+                       padding=(0, 0, 0, 0), *, input_zero_point: int = 0,
+                       accumulate: bool = False) -> "LayerSpec":
+        """The int32 partial sums of a CONV_2D over the input channels ``in_hwc`` supplies
+        (``acc = sum``, or ``acc += sum`` with ``accumulate``): module docstring."""
+        return cls("conv2d", _geometry(in_hwc, out_channels, kernel, stride, dilation,
+                                       padding, 1), input_zero_point=input_zero_point,
+                   partial="accumulate" if accumulate else "assign")
+
+    @classmethod
+    def depthwise_slice(cls, in_hwc, kernel, stride=1, dilation=1, padding=(0, 0, 0, 0), *,
+                        first_channel: int, out_channels: int, **quant) -> "LayerSpec":
+        """A DEPTHWISE_CONV_2D (multiplier 1) of the ``C`` channels ``in_hwc`` supplies, written
+        into channels ``[first_channel, first_channel + C)`` of an output with ``out_channels``
+        channels (kernel-wise partitioning: the other channels are not touched)."""
+        channels = _channels(in_hwc)
+        return cls("depthwise_conv2d", _geometry(in_hwc, channels, kernel, stride, dilation,
+                                                 padding, channels),
+                   output_slice=(first_channel, out_channels), **quant)
 
     @classmethod
     def pointwise_conv2d(cls, in_hwc, out_channels, **quant) -> "LayerSpec":
@@ -272,7 +318,10 @@ class LayerSpec:
 
     @property
     def output_bytes(self) -> int:
-        return self.geometry.output_elements
+        g = self.geometry
+        if self.output_slice is not None:
+            return g.out_height * g.out_width * self.output_slice[1]
+        return g.output_elements
 
     @property
     def rip_workspace_bytes(self) -> int:
@@ -362,6 +411,15 @@ def kernel_params(spec: LayerSpec, layout: str) -> tuple[KernelParam, ...]:
     """The kernel's parameters in ABI order (see the module docstring)."""
     if layout not in LAYOUTS:
         raise CodegenError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if spec.output_slice is not None and layout != "dual":
+        raise CodegenError("a depthwise slice writes into a wider output: dual layout only")
+    if spec.partial is not None:
+        if layout != "dual":
+            raise CodegenError("a partial conv2d writes an int32 accumulator: dual layout only")
+        return (KernelParam("input", "int8", spec.input_bytes, False),
+                KernelParam("acc", "int32", spec.output_bytes, True),
+                KernelParam("weight", "int32", spec.weight_elements, False),
+                KernelParam("scratch", "int32", spec.scratch_elements, True))
     if layout == "rip":
         params = [KernelParam("ws", "int8", spec.rip_workspace_bytes, True)]
     else:
