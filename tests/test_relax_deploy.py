@@ -100,3 +100,14 @@ def test_cli_compile_run_report_for_llvm(tmp_path, capsys):
                           (["report", str(out)], "its decisions are in")):
         assert main(argv) == 2
         assert message in capsys.readouterr().err
+
+
+def test_corrupt_build_files_are_named(build, tmp_path):
+    from tvm_serenity.deploy import load_plan
+    (tmp_path / "relax.json").write_text('{"model": ')
+    with pytest.raises(SerenityError, match=r"relax.json' is corrupt: Expecting value at line 1"):
+        run_relax(tmp_path)
+    (tmp_path / "plan.json").write_text("[1, 2]")
+    with pytest.raises(SerenityError, match="plan.json' is corrupt: expected a JSON object, "
+                                            "found list"):
+        load_plan(tmp_path)

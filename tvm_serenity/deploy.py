@@ -54,6 +54,7 @@ from .alloc import ArenaPlan, plan_arena
 from .codegen.graph_c import (EmittedModel, IntegerCore, concat_is_copy, emit_model,
                               integer_core)
 from .errors import SerenityError
+from .files import read_json
 from .frontend import Interpreter, load_tflite, tflite_to_graph
 from .frontend.tflite_model import Tensor, TFLiteModel
 from .graph import Graph
@@ -267,12 +268,9 @@ def compile_tflite(path: str | os.PathLike, target: str = "pico",
 
 def load_plan(out_dir: str | os.PathLike) -> dict:
     """The ``plan.json`` of a directory written by :func:`compile_tflite`."""
-    path = Path(out_dir) / PLAN_FILE
-    try:
-        return json.loads(path.read_text())
-    except OSError:
-        raise SerenityError(f"'{out_dir}' is not a compiled model directory (no {PLAN_FILE}); "
-                            "create it with compile_tflite") from None
+    return read_json(Path(out_dir) / PLAN_FILE,
+                     f"'{out_dir}' is not a compiled model directory (no {PLAN_FILE}); "
+                     "create it with compile_tflite")
 
 
 def reference_output(model: str | os.PathLike, input: bytes) -> bytes:

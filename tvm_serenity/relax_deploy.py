@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import SerenityError
+from .files import read_json
 
 __all__ = ["LIBRARY_FILE", "REPORT_FILE", "INPUTS_FILE", "RelaxBuild", "RelaxRun",
            "compile_relax", "run_relax", "is_relax_build"]
@@ -143,11 +144,9 @@ def compile_relax(path: str | os.PathLike, out_dir: str | os.PathLike = "serenit
 
 
 def _load_report(out: Path) -> dict:
-    try:
-        return json.loads((out / REPORT_FILE).read_text())
-    except OSError:
-        raise SerenityError(f"'{out}' is not a Relax build (no {REPORT_FILE}); create it with "
-                            "`tvm-serenity compile MODEL --target llvm`") from None
+    return read_json(out / REPORT_FILE, f"'{out}' is not a Relax build (no {REPORT_FILE}); "
+                                        "create it with `tvm-serenity compile MODEL --target "
+                                        "llvm`")
 
 
 def _inputs_from_bytes(report: dict, data: bytes) -> list[np.ndarray]:

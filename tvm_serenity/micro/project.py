@@ -30,6 +30,7 @@ import subprocess
 from pathlib import Path
 
 from ..errors import SerenityError
+from ..files import read_json
 from .boards import Board, get_board
 from .builder import (ARM_INSTALL_HINT, ARM_PREFIX, DEFAULT_STACK_RESERVE, Firmware,
                       build_firmware, build_plan, linker_script, variant_name)
@@ -199,12 +200,9 @@ def generate_project(out_dir: str | Path, model_c_dir: str | Path, board: str | 
 
 
 def load_project(project_dir: str | Path) -> dict:
-    path = Path(project_dir) / PROJECT_FILE
-    try:
-        return json.loads(path.read_text())
-    except OSError:
-        raise SerenityError(f"'{project_dir}' is not a generated project (no {PROJECT_FILE}); "
-                            "create it with generate_project") from None
+    return read_json(Path(project_dir) / PROJECT_FILE,
+                     f"'{project_dir}' is not a generated project (no {PROJECT_FILE}); "
+                     "create it with generate_project")
 
 
 def build(project_dir: str | Path, *, emulate: bool | None = None) -> Firmware:
