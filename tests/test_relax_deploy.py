@@ -96,10 +96,27 @@ def test_cli_compile_run_report_for_llvm(tmp_path, capsys):
     want = reference.run(load_tflite(path), [raw.reshape(1, 8, 8, 4)])[0]
     assert payload["checked"] and payload["outputs"][0]["values"] == want.reshape(-1)[:16].tolist()
 
-    for argv, message in ((["run", str(out), "--board"], "runs on this host's Relax VM"),
-                          (["report", str(out)], "its decisions are in")):
-        assert main(argv) == 2
-        assert message in capsys.readouterr().err
+    assert main(["run", str(out), "--board"]) == 2
+    assert "runs on this host's Relax VM" in capsys.readouterr().err
+    assert main(["report", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == str(out / "report" / "report.html")
+
+
+def test_report_plots_what_the_passes_decided(build):
+    from tvm_serenity.report import write_relax_report
+    _, b = build
+    report = write_relax_report(b.out_dir)
+    passes = b.report["passes"]
+    (block,) = [x for x in passes["schedule"]["blocks"] if x["function"] == "main"]
+    arena = passes["arena"]["functions"][0]
+    series = report.memory_series
+    assert max(series["frontend order"]) == block["peak_before"]
+    assert max(series["tvm-serenity"]) == block["peak_after"] <= block["peak_before"]
+    tops = [y0 + height for _, _, _, y0, height in report.arena_rectangles]
+    assert len(tops) == arena["tensors"] and max(tops) == arena["arena_bytes"]
+    assert set(report.images) == {"memory", "arena"}
+    page = report.html.read_text()
+    assert f"{arena['static_plan_bytes']:,} B" in page and "identity rewrites kept" in page
 
 
 def test_corrupt_build_files_are_named(build, tmp_path):

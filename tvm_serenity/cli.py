@@ -163,11 +163,14 @@ def _cmd_compile(args) -> int:
         from .relax_deploy import REPORT_FILE, compile_relax
         built = compile_relax(model, args.output, method=args.schedule, planner=args.planner,
                               rewrite=args.rewrite, time_limit=args.time_limit)
+        from .report import write_relax_report
+        report = write_relax_report(args.output)
         if args.json:
             print(json.dumps(built.report))
         else:
             print(built.summary())
             print(f"decisions: {Path(args.output) / REPORT_FILE}")
+            print(f"report: {report.html}")
         return 0
     compiled = deploy.compile_tflite(model, args.target, args.output, schedule=args.schedule,
                                      planner=args.planner, rip=args.rip,
@@ -247,12 +250,11 @@ def _add_report(sub) -> None:
 
 
 def _cmd_report(args) -> int:
-    from .relax_deploy import REPORT_FILE, is_relax_build
-    from .report import write_compiled_report
+    from .relax_deploy import is_relax_build
+    from .report import write_compiled_report, write_relax_report
     if is_relax_build(args.output):
-        raise SerenityError(f"'{args.output}' is an llvm build: its decisions are in "
-                            f"{Path(args.output) / REPORT_FILE}; the HTML report is made for "
-                            "MCU builds (--target pico, pico2 or host)")
+        print(write_relax_report(args.output).html)
+        return 0
     print(write_compiled_report(args.output).html)
     return 0
 

@@ -33,7 +33,7 @@ from .errors import SerenityError
 from .files import read_json
 
 __all__ = ["LIBRARY_FILE", "REPORT_FILE", "INPUTS_FILE", "RelaxBuild", "RelaxRun",
-           "compile_relax", "run_relax", "is_relax_build"]
+           "compile_relax", "run_relax", "is_relax_build", "load_relax_report"]
 
 LIBRARY_FILE = "model.so"
 REPORT_FILE = "relax.json"
@@ -143,7 +143,9 @@ def compile_relax(path: str | os.PathLike, out_dir: str | os.PathLike = "serenit
     return RelaxBuild(out, report, time.perf_counter() - t0)
 
 
-def _load_report(out: Path) -> dict:
+def load_relax_report(out_dir: str | os.PathLike) -> dict:
+    """The ``relax.json`` of a directory written by :func:`compile_relax`."""
+    out = Path(out_dir)
     return read_json(out / REPORT_FILE, f"'{out}' is not a Relax build (no {REPORT_FILE}); "
                                         "create it with `tvm-serenity compile MODEL --target "
                                         "llvm`")
@@ -174,7 +176,7 @@ def run_relax(out_dir: str | os.PathLike, input: bytes | None = None, *,
     from .frontend.tflite_model import load_tflite
 
     out = Path(out_dir)
-    report = _load_report(out)
+    report = load_relax_report(out)
     if input is not None:
         inputs = _inputs_from_bytes(report, input)
     else:

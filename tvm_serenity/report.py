@@ -27,7 +27,7 @@ from .graph import Graph
 from .memory import liveness, simulate
 
 __all__ = ["Report", "LayerSaving", "layer_savings", "write_report", "write_compiled_report",
-           "REPORT_DIR"]
+           "write_relax_report", "REPORT_DIR"]
 
 REPORT_DIR = "report"
 
@@ -114,6 +114,8 @@ def _plot_arena(path: Path, graph: Graph, order: list[str], offsets: dict[str, i
     fig, ax = plt.subplots(figsize=(9, 5))
     rects = []
     for name, lt in live.lifetimes.items():
+        if name not in offsets:         # not in the arena (e.g. a Relax function's result)
+            continue
         x0, width = lt.start, lt.end - lt.start + 1
         y0, height = offsets[name], lt.bytes
         rects.append((name, x0, width, y0, height))
@@ -154,17 +156,21 @@ def _plot_savings(path: Path, savings: list[LayerSaving]) -> None:
 def write_report(out_dir: str | os.PathLike, graph: Graph,
                  orders: dict[str, tuple], offsets: dict[str, int],
                  arena_bytes: int, planner: str, summary: list[tuple[str, str]],
-                 budget_bytes: int | None = None) -> Report:
+                 budget_bytes: int | None = None, arena_graph: Graph | None = None) -> Report:
     """Render the report into ``out_dir``. ``orders`` maps a label to ``(order, inplace)`` or
     ``(order, inplace, its graph)`` when it is an order of another graph than ``graph`` (e.g.
     the model before identity rewriting); the baseline first, ours (of ``graph``) last;
-    ``offsets``/``arena_bytes``/``planner`` are the arena plan of ours."""
+    ``offsets``/``arena_bytes``/``planner`` are the arena plan of ours, of ``graph`` in our order
+    or, when the arena was planned on another graph (e.g. ArenaPlan's, after TVM's lowering),
+    of ``arena_graph`` in its node order."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     ours, inplace = list(orders.values())[-1][:2]
     images = {"memory": out / "memory.png", "arena": out / "arena.png"}
     series = _plot_memory(images["memory"], graph, orders, budget_bytes)
-    rects = _plot_arena(images["arena"], graph, ours, offsets, arena_bytes, planner, inplace)
+    rects = _plot_arena(images["arena"], arena_graph or graph,
+                        arena_graph.op_names if arena_graph else ours, offsets, arena_bytes,
+                        planner, inplace)
     savings = layer_savings(graph, ours) if inplace else []
     if savings:
         images["rip"] = out / "rip.png"
@@ -233,3 +239,38 @@ def write_compiled_report(out_dir: str | os.PathLike) -> Report:
                          "tvm-serenity": (plan["order"], rip)},
                         plan["offsets"], plan["arena_bytes"], plan["planner"], summary,
                         budget_bytes=budget)
+
+
+def write_relax_report(out_dir: str | os.PathLike) -> Report:
+    """(Re)write ``OUT/report`` of a directory written by :func:`tvm_serenity.relax_deploy.
+    compile_relax`, from its ``relax.json``: the main dataflow block in the frontend's order
+    against MemoryAwareSchedule's, and ArenaPlan's arena map."""
+    from .relax_deploy import load_relax_report
+    out = Path(out_dir)
+    r = load_relax_report(out)
+    passes = r["passes"]
+    blocks = [b for b in passes["schedule"]["blocks"]
+              if b["function"] == "main" and not b.get("skipped") and b.get("graph")]
+    arenas = [f for f in passes["arena"]["functions"] if f["function"] == "main"]
+    if not blocks or not arenas:
+        raise SerenityError(f"'{out}': relax.json has no scheduled block or arena of main to "
+                            "report")
+    block, arena = max(blocks, key=lambda b: b["bindings"]), arenas[0]
+    block_graph = Graph.from_json(block["graph"])
+    graph = Graph(block_graph.nodes.values(), block_graph.outputs, r["name"])
+    inplace = passes["schedule"]["inplace"]
+    rewrite = passes.get("rewrite") or {"applied": 0}
+    summary = [("model", r["model"]), ("target", "llvm (Relax VM)"),
+               ("identity rewrites kept", str(rewrite["applied"])),
+               ("schedule", f"{passes['schedule']['method']} (proven optimal: "
+                            f"{block['optimal']})"),
+               ("frontend order: peak", f"{block['peak_before']:,} B"),
+               ("peak", f"{block['peak_after']:,} B"),
+               ("lower bound (all orders)", f"{block['lower_bound']:,} B"),
+               ("arena", f"{arena['arena_bytes']:,} B ({arena['planner']}, {arena['status']})"),
+               ("TVM StaticPlanBlockMemory, same module", f"{arena['static_plan_bytes']:,} B")]
+    return write_report(out / REPORT_DIR, graph,
+                        {"frontend order": (graph.op_names, inplace),
+                         "tvm-serenity": (block["order"], inplace)},
+                        arena["offsets"], arena["arena_bytes"], arena["planner"], summary,
+                        arena_graph=Graph.from_json(arena["graph"]))

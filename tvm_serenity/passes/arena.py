@@ -66,6 +66,8 @@ class FunctionArena:
     optimal: bool
     seconds: float
     offsets: dict[str, int] = field(default_factory=dict)
+    graph: dict = field(default_factory=dict, compare=False)   # the graph planned (JSON, in
+                                                               # binding order): for reports
 
 
 @dataclass
@@ -199,7 +201,8 @@ class ArenaPlan:
             static_plan_bytes=static.get(fname, 0),
             liveness_peak_bytes=plan.liveness_peak_bytes,
             lower_bound_bytes=plan.lower_bound_bytes, planner=plan.planner,
-            status=plan.status, optimal=plan.optimal, seconds=plan.seconds, offsets=offsets)
+            status=plan.status, optimal=plan.optimal, seconds=plan.seconds, offsets=offsets,
+            graph=graph.to_json())
         at = {bg.vars[n]: off for n, off in offsets.items()}
         return entry, _place_in_arena(func, at, plan.arena_bytes)
 

@@ -51,6 +51,8 @@ class BlockSchedule:
     seconds: float = 0.0
     order: tuple[str, ...] = ()   # node names (= variable names, made unique) now
     skipped: str | None = None    # why the block was left alone
+    graph: dict = field(default_factory=dict, compare=False)   # the graph read (JSON), in
+                                                               # stored order: for reports
 
 
 @dataclass
@@ -174,5 +176,5 @@ class MemoryAwareSchedule:
             function=fname, block=where, bindings=len(block.bindings), peak_before=before,
             peak_after=min(before, res.peak_bytes), lower_bound=res.lower_bound_bytes,
             optimal=res.optimal or before <= res.lower_bound_bytes, changed=changed,
-            seconds=res.seconds, order=tuple(order))
+            seconds=res.seconds, order=tuple(order), graph=bg.graph.to_json())
         return decision, (bg.rebuild(block, order) if changed else block)
