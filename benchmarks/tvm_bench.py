@@ -5,6 +5,7 @@ against ours, and bit-exactness on the Relax VM.
     python -m benchmarks.tvm_bench --write    # also write section "tvm" of BENCHMARKS.md
     python -m benchmarks.tvm_bench --quick    # vww and one Keras model, 2 input sets
     python -m benchmarks.tvm_bench --models vww mobilenet_v1_025_128 --inputs 5
+    python -m benchmarks.tvm_bench --models vww nasnet_mobile_96   # + a built Keras model
 
 Models (``../shared/models``): ``tinyengine/vww``, ``mcunet/mcunet-320kb-1mb_imagenet`` and the
 six ``keras/*`` models, each imported by :func:`tvm_serenity.frontend.relax_import.from_tflite`
@@ -235,6 +236,8 @@ def measure(rel: str, inputs: int = INPUTS, seed: int = SEED) -> Row:
     """Every column of one model (module docstring); failures end up in ``notes``."""
     row = Row(name_of(rel), inputs=inputs)
     path = SHARED_MODELS / rel
+    if not path.is_relative_to(SHARED_MODELS):
+        row.notes.append("built Keras model (benchmarks.keras_models), not in shared/models")
     if not path.is_file():
         row.notes.append(f"{path} is absent")
         return row
@@ -376,8 +379,12 @@ def render(rows: list[Row]) -> str:
 
 
 def select(names) -> list[str]:
-    """Model paths (relative to the shared folder) for names or relative paths."""
-    return [NAMES.get(n, n) for n in names]
+    """Model paths (relative to the shared folder) for names or relative paths; a name of
+    :data:`benchmarks.keras_models.MODELS` that is not a shared model is the built Keras model
+    in its cache (``python -m benchmarks.peers --build`` makes them)."""
+    from . import keras_models
+    return [NAMES[n] if n in NAMES else str(keras_models.model_path(n))
+            if n in keras_models.MODELS else n for n in names]
 
 
 def run(rels: list[str], inputs: int, progress: bool = True) -> list[Row]:

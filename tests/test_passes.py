@@ -188,6 +188,11 @@ def test_convert_rejects_symbolic_shapes_and_schedule_skips_them():
     tvm.ir.assert_structural_equal(out["main"], Dynamic["main"])
     (decision,) = pass_.report.blocks
     assert decision.skipped and "symbolic" in decision.skipped and not decision.changed
+    rewrite = sp.IdentityGraphRewrite()
+    out = rewrite(Dynamic)
+    tvm.ir.assert_structural_equal(out["main"], Dynamic["main"])
+    (decision,) = rewrite.report.blocks
+    assert "symbolic" in decision.skipped and decision.applied == ()
 
 
 # ------------------------------------------------------------------------ MemoryAwareSchedule
