@@ -264,6 +264,20 @@ def test_serenity_pipeline_rewrites_and_plans_less(tmp_path):
     assert np.array_equal(_run(mod, [inputs])[0][0], ref.run(model, inputs)[0])
 
 
+def test_rewrite_with_rip_lowering_in_one_pipeline(tmp_path):
+    """Rewriting and RiPLowering in one pipeline: the partials and the requantize are no RiP
+    kernels, so RiPLowering leaves them alone; still bit-exact."""
+    path = concat_cell(tmp_path, branches=3)
+    model = load_tflite(path)
+    mod = ri.from_tflite(model)
+    with TARGET:
+        lowered = sp.serenity_pipeline(rip=True)(mod)
+    assert sp.pipeline_report(lowered)["rewrite"]["applied"] == 1
+    inputs = _inputs(model, 5)
+    assert np.array_equal(_run(lowered, [inputs], pipeline="zero")[0][0],
+                          ref.run(model, inputs)[0])
+
+
 def test_rewrite_inside_a_sequential_with_foldpad(tmp_path):
     path = concat_cell(tmp_path, consumer="DEPTHWISE_CONV_2D")
     model = load_tflite(path)
