@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from test_rewrite_pass import concat_cell
+from test_rewrite_pass import CELL_STRATEGIES, concat_cell
 from tflite_cases import SINGLE_OP_MODELS, add_conv
 from toolchain import needs_arm, needs_cc, needs_rp2040js
 from tvm_serenity.alloc import plan_arena
@@ -309,13 +309,8 @@ def test_channel_wise_cell_runs_on_rp2040js(tmp_path):
 @pytest.mark.slow
 @needs_cc
 @settings(max_examples=10, deadline=None, derandomize=True)
-@given(consumer=st.sampled_from(["CONV_2D", "DEPTHWISE_CONV_2D"]),
-       branch_channels=st.lists(st.integers(1, 12), min_size=2, max_size=4),
-       hw=st.integers(3, 9), kernel=st.tuples(st.integers(1, 3), st.integers(1, 3)),
-       stride=st.tuples(st.integers(1, 2), st.integers(1, 2)),
-       padding=st.sampled_from(["SAME", "VALID"]),
-       unary=st.sampled_from([(), ("RELU",), ("RELU6",), ("RELU", "RELU6")]),
-       out_channels=st.integers(1, 6), rip=st.booleans(), seed=st.integers(0, 1000))
+@given(unary=st.sampled_from([(), ("RELU",), ("RELU6",), ("RELU", "RELU6")]),
+       rip=st.booleans(), **CELL_STRATEGIES)
 def test_random_cells_compile_bit_exact_and_never_plan_more(
         tmp_path_factory, consumer, branch_channels, hw, kernel, stride, padding, unary,
         out_channels, rip, seed):
