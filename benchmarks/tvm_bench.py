@@ -75,6 +75,7 @@ from tvm_serenity.frontend.interpreters import (LITERT, TFLM, available, model_i
                                                 run_interpreter)
 from tvm_serenity.frontend.relax_import import from_tflite
 
+from . import keras_models
 from ._markdown import SHARED_MODELS, geomean, publish, table
 
 MODELS = ["tinyengine/vww.tflite", "mcunet/mcunet-320kb-1mb_imagenet.tflite",
@@ -236,7 +237,7 @@ def measure(rel: str, inputs: int = INPUTS, seed: int = SEED) -> Row:
     """Every column of one model (module docstring); failures end up in ``notes``."""
     row = Row(name_of(rel), inputs=inputs)
     path = SHARED_MODELS / rel
-    if not path.is_relative_to(SHARED_MODELS):
+    if path.parent == keras_models.cache_dir():
         row.notes.append("built Keras model (benchmarks.keras_models), not in shared/models")
     if not path.is_file():
         row.notes.append(f"{path} is absent")
@@ -382,7 +383,6 @@ def select(names) -> list[str]:
     """Model paths (relative to the shared folder) for names or relative paths; a name of
     :data:`benchmarks.keras_models.MODELS` that is not a shared model is the built Keras model
     in its cache (``python -m benchmarks.peers --build`` makes them)."""
-    from . import keras_models
     return [NAMES[n] if n in NAMES else str(keras_models.model_path(n))
             if n in keras_models.MODELS else n for n in names]
 

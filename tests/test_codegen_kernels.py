@@ -602,6 +602,189 @@ def test_strided_slice_kernel_text_and_checks():
         strided_slice_kernel("empty", (1, 6, 6, 2), (0, 0, 0, 0), (1, 1, 1, 1), (1, 0, 6, 2))
 
 
+# ------------------------------- HARD_SWISH, LOGISTIC, MUL, ADD, SOFTMAX, RESIZE (graph C)
+#: Every single-op model of these operators with one graph input (the two-input MUL/ADD models
+#: of SINGLE_OP_MODELS cannot be a model_run; ONE_INPUT_BINARY_MODELS cover MUL and
+#: broadcasting/constant ADD instead).
+MCU_OP_MODELS = {**{c: f for c, f in tflite_cases.SINGLE_OP_MODELS.items()
+                    if c.startswith(("hard_swish", "logistic", "softmax", "resize"))},
+                 **tflite_cases.ONE_INPUT_BINARY_MODELS}
+
+
+@needs_host_cc
+@pytest.mark.parametrize("case", sorted(MCU_OP_MODELS))
+def test_table_binary_softmax_resize_bit_exact_on_host(tmp_path, case):
+    """Each operator compiled by graph_c and run on the host against the reference, byte for
+    byte (deploy.run checks): every int8 value in turn, then random inputs. The elementwise
+    operators reading the graph input run in place (one address) when the plan aliases them,
+    RESIZE on two buffers; the dual-buffer build (rip=False) is bit-exact too."""
+    path = tmp_path / f"{case}.tflite"
+    path.write_bytes(MCU_OP_MODELS[case]())
+    compiled = compile_tflite(path, "host", tmp_path / "out")
+    last = compiled.emitted.steps[-1]
+    if last.op == "RESIZE_NEAREST_NEIGHBOR":
+        assert last.layout == "dual"
+    elif case != "mul_se_broadcast_first":   # its first activation is the broadcast one
+        assert last.layout == "rip" and last.output_offset == last.input_offset, last
+    n = compiled.emitted.input_bytes
+    every = np.resize(np.arange(-128, 128, dtype=np.int8), n)
+    rng = np.random.default_rng(len(case))
+    for x in [every, every[::-1].copy(), *(rng.integers(-128, 128, n, dtype=np.int8)
+                                          for _ in range(3))]:
+        run(tmp_path / "out", input=x)
+    dual = compile_tflite(path, "host", tmp_path / "dual", rip=False)
+    assert {s.layout for s in dual.emitted.steps} == {"dual"}
+    run(tmp_path / "dual", input=every)
+
+
+def test_mcu_path_supports_every_int8_operator_of_the_relax_importer():
+    """graph_c emits every operator relax_import lowers (DEQUANTIZE to float32 is stripped at
+    the model's edge by integer_core, and a float QUANTIZE likewise)."""
+    from tvm_serenity.codegen.graph_c import SUPPORTED_OPS
+    from tvm_serenity.frontend import relax_import
+    assert set(relax_import.SUPPORTED_OPS) - {"DEQUANTIZE"} <= set(SUPPORTED_OPS)
+
+
+def test_mcu_ops_refuse_what_they_cannot_do(tmp_path):
+    from tvm_serenity.codegen.ops import mul_kernel, resize_nearest_kernel, softmax_kernel
+    with pytest.raises(CodegenError, match="overflows TFLite's int32 sum"):
+        softmax_kernel("s", 1, 4096, 0)
+    with pytest.raises(CodegenError, match=r"\[1, 3\] and \[1, 4\] do not broadcast"):
+        mul_kernel("m", (1, 3), (1, 4), (1, 4), 0, 0, 1 << 30, 0, 0)
+    with pytest.raises(CodegenError, match="NHWC input"):
+        resize_nearest_kernel("r", (4, 4, 2), (8, 8))
+    b = tflite_cases.ModelBuilder()                      # rank 5: beyond the 4-D kernel
+    x = b.add_tensor((1, 2, 2, 2, 3), scale=0.1, zero_point=0)
+    y = b.add_tensor((1, 2, 2, 2, 3), scale=0.1, zero_point=0)
+    b.add_operator("MUL", [x, x], [y])
+    path = tmp_path / "mul5.tflite"
+    path.write_bytes(b.build([x], [y]))
+    with pytest.raises(SerenityError, match=r"operator 0 \(MUL\): rank above 4"):
+        compile_tflite(path, "host", tmp_path / "out", build=False)
+
+
+def _shared_library(directory, source: str, name: str) -> ctypes.CDLL:
+    (directory / f"{name}.c").write_text(source)
+    subprocess.run([HOST_CC, "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-shared",
+                    "-fPIC", f"{name}.c", "-o", f"lib{name}.so"], cwd=directory, check=True,
+                   capture_output=True, text=True)
+    return ctypes.CDLL(str(directory / f"lib{name}.so"))
+
+
+_I8 = np.ctypeslib.ndpointer(np.int8, flags="C_CONTIGUOUS")
+_I32 = np.ctypeslib.ndpointer(np.int32, flags="C_CONTIGUOUS")
+
+#: (rows, depth, beta, input scale): the three SINGLE_OP_MODELS regimes, MobileNet's 1000
+#: classes (whose flat rows divide by 2^32 or more) and the widest row TFLite's sum allows.
+SOFTMAX_SHAPES = [(3000, 7, 1.0, 0.1), (2000, 10, 1.0, 0.004), (2000, 17, 0.5, 1.0),
+                  (300, 1000, 1.0, 0.0883), (40, 4095, 1.0, 0.05)]
+
+
+def _softmax_rows(rng, rows: int, depth: int) -> np.ndarray:
+    """Rows of every kind: uniform, constant (the largest sums), one spike, narrow ranges."""
+    x = rng.integers(-128, 128, (rows, depth))
+    kind = np.arange(rows) % 5
+    x[kind == 1] = rng.integers(-128, 128, (int(np.sum(kind == 1)), 1))
+    spikes = np.flatnonzero(kind == 2)
+    x[spikes] = rng.integers(-128, -100, (spikes.size, depth))
+    x[spikes, rng.integers(0, depth, spikes.size)] = 127
+    narrow = np.flatnonzero(kind == 3)
+    x[narrow] = rng.integers(0, 4, (narrow.size, depth)) + rng.integers(-128, 124,
+                                                                        (narrow.size, 1))
+    return x.astype(np.int8)
+
+
+@needs_host_cc
+def test_softmax_kernel_matches_the_reference_on_every_kind_of_row(tmp_path):
+    """The C SOFTMAX (tables from reference.softmax_tables) against reference.softmax_int8 on
+    thousands of rows per regime, and its 32-bit GetReciprocal against the reference's
+    gemmlowp one_over_one_plus_x_for_x_in_0_1 (int64) on edge and a million random sums."""
+    softmax_tables = ref.softmax_tables
+    from tvm_serenity.codegen.ops import c_helpers, softmax_kernel
+    rng = np.random.default_rng(11)
+    cases, parts = [], ["#include <stdint.h>", "#include <string.h>", c_helpers()]
+    for k, (rows, depth, beta, scale) in enumerate(SOFTMAX_SHAPES):
+        params = ref.softmax_params(beta, scale)
+        exps, terms, valid_from = softmax_tables(params)
+        parts.append(softmax_kernel(f"sm{k}", rows, depth, valid_from).source)
+        parts.append(f"void run{k}(const int8_t *x, int8_t *y, const int32_t *e, "
+                     f"const int32_t *t) {{ sm{k}(x, y, e, t); }}")
+        cases.append((k, rows, depth, params, exps, terms))
+    parts.append("void reciprocal(const int32_t *sum, int32_t *scale, int32_t *headroom, "
+                 "int32_t n) {\n  for (int32_t i = 0; i < n; ++i) "
+                 "scale[i] = sm0_reciprocal(sum[i], headroom + i);\n}")
+    library = _shared_library(tmp_path, "\n".join(parts), "softmax")
+    for k, rows, depth, params, exps, terms in cases:
+        x = _softmax_rows(rng, rows, depth)
+        y = np.empty_like(x)
+        function = getattr(library, f"run{k}")
+        function.argtypes = [_I8, _I8, _I32, _I32]
+        function(x, y, exps.astype(np.int32), terms.astype(np.int32))
+        assert np.array_equal(y, ref.softmax_int8(x, params)), (rows, depth)
+        if depth >= 1000:               # flat rows: RoundingDivideByPOT by >= 2^32
+            assert np.any(np.all(y == -127, axis=1))
+    library.reciprocal.argtypes = [_I32, _I32, _I32, ctypes.c_int32]
+    edges = [1 << 19, (1 << 19) + 1, (1 << 31) - 1, (1 << 30), (1 << 30) - 1, (1 << 30) + 1,
+             4095 << 19, 1000 << 19, 3 << 27, (1 << 27) - 1]
+    sums = np.concatenate([edges, rng.integers(1 << 19, 1 << 31, 1_000_000)]).astype(np.int32)
+    scale, headroom = np.empty_like(sums), np.empty_like(sums)
+    library.reciprocal(sums, scale, headroom, sums.size)
+    s = sums.astype(np.int64)
+    want_headroom = 32 - np.frexp(s.astype(np.float64))[1]
+    shifted = ((s << want_headroom) & 0xFFFFFFFF) - (1 << 31)
+    assert np.array_equal(headroom, want_headroom)
+    assert np.array_equal(scale, ref.one_over_one_plus_x_for_x_in_0_1(shifted))
+
+
+#: (op, shape a, shape b, activation): broadcasting both ways, ranks 1 to 4.
+BINARY_SHAPES = [("MUL", (1, 5, 6, 7), (1, 1, 1, 7), "NONE"),
+                 ("MUL", (1, 1, 1, 7), (1, 5, 6, 7), "RELU"),
+                 ("MUL", (2, 3, 1, 4), (1, 1, 5, 1), "NONE"), ("MUL", (3, 4), (4,), "RELU6"),
+                 ("MUL", (5,), (1,), "NONE"), ("MUL", (1, 4, 4, 3), (1, 4, 4, 3), "NONE"),
+                 ("ADD", (1, 5, 6, 7), (1, 1, 1, 7), "NONE"),
+                 ("ADD", (1, 6, 1), (4, 1, 3), "RELU"),
+                 ("ADD", (2, 1, 3, 1), (1, 4, 1, 5), "RELU6"), ("ADD", (7,), (), "NONE")]
+
+
+@needs_host_cc
+def test_broadcasting_mul_and_add_kernels_match_the_reference(tmp_path):
+    """ops.mul_kernel / add_kernel on random operands and quantizations against
+    reference.mul_int8 / add_int8 (NumPy broadcasting, as TFLite's BroadcastMul/Add4DSlow)."""
+    from tvm_serenity.codegen.ops import add_kernel, c_helpers, mul_kernel
+    rng = np.random.default_rng(3)
+    parts, cases = ["#include <stdint.h>", "#include <string.h>", c_helpers()], []
+    for k, (op, shape_a, shape_b, activation) in enumerate(BINARY_SHAPES):
+        sa, sb, so = rng.uniform(0.005, 0.2, 3)
+        za, zb, zo = (int(v) for v in rng.integers(-128, 128, 3))
+        out_shape = np.broadcast_shapes(shape_a, shape_b)
+        lo, hi = ref.activation_range(activation, so, zo)
+        if op == "MUL":
+            rq = ref.mul_requant(sa, sb, so, zo, activation)
+            kernel = mul_kernel(f"k{k}", shape_a, shape_b, out_shape, za, zb,
+                                int(rq.multiplier[0]), int(rq.shift[0]), zo, lo, hi)
+            want = lambda a, b, rq=rq, za=za, zb=zb: ref.mul_int8(a, b, za, zb, rq)  # noqa
+        else:
+            p = ref.add_params(sa, za, sb, zb, so, zo, activation)
+            kernel = add_kernel(f"k{k}", shape_a, shape_b, out_shape, za, zb,
+                                p.input1_multiplier, p.input1_shift, p.input2_multiplier,
+                                p.input2_shift, int(p.output.multiplier), int(p.output.shift),
+                                zo, lo, hi)
+            want = lambda a, b, p=p: ref.add_int8(a, b, p)                        # noqa
+        parts += [kernel.source, f"void run{k}(const int8_t *a, const int8_t *b, int8_t *y) "
+                                 f"{{ k{k}(a, b, y); }}"]
+        cases.append((k, shape_a, shape_b, out_shape, want))
+    library = _shared_library(tmp_path, "\n".join(parts), "binary")
+    for k, shape_a, shape_b, out_shape, want in cases:
+        function = getattr(library, f"run{k}")
+        function.argtypes = [_I8, _I8, _I8]
+        for _ in range(20):
+            a = np.asarray(rng.integers(-128, 128, shape_a), dtype=np.int8)
+            b = np.asarray(rng.integers(-128, 128, shape_b), dtype=np.int8)
+            y = np.empty(out_shape, np.int8)
+            function(a.reshape(-1), b.reshape(-1), y.reshape(-1))
+            assert np.array_equal(y, want(a, b)), BINARY_SHAPES[k]
+
+
 # ------------------------------------------------------------------ requantization
 EDGE_X = sorted({0, 1, -1, 2, -2, 3, -3, 7, -7, 255, -255, (1 << 15) - 1, 1 << 15,
                  -(1 << 15), -(1 << 15) - 1, (1 << 16) - 1, 1 << 16, (1 << 16) + 1,

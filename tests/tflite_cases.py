@@ -309,3 +309,58 @@ STRIDED_SLICE_MODELS = {
     "strided_slice_rank2": lambda: strided_slice((8, 10), [6, 1], [1, 0], [-2, 3], (3, 3),
                                                  end_mask=0b10),
 }
+
+
+# ------------------------------------------------- MUL / ADD with one graph input (MCU C path)
+def binary_one_input(op, shape, other, qa, qb, qo, activation="NONE", swap=False):
+    """``op`` (MUL or ADD) of the graph input ``x`` and ``other``, a model with one input (what
+    ``model_run`` takes): ``("const", data)`` an int8 constant quantized ``qb`` (broadcast as
+    NumPy does), ``("mean",)`` ``MEAN(x)`` over H and W kept as [1, 1, 1, C] (quantized ``qb``;
+    the squeeze-excite pattern), ``("self",)`` ``x`` itself (``qb`` ignored). ``swap``: ``other``
+    is the first operand."""
+    b = ModelBuilder()
+    x = b.add_tensor(shape, scale=qa[0], zero_point=qa[1])
+    if other[0] == "const":
+        data = np.asarray(other[1], dtype=np.int8)
+        y = b.add_tensor(data.shape, scale=qb[0], zero_point=qb[1], data=data)
+    elif other[0] == "mean":
+        axes = b.add_tensor((2,), "int32", data=[1, 2])
+        y = b.add_tensor((1, 1, 1, shape[3]), scale=qb[0], zero_point=qb[1])
+        b.add_operator("MEAN", [x, axes], [y], {"keep_dims": True})
+    else:
+        y = x
+    shape_y = np.shape(other[1]) if other[0] == "const" else \
+        (1, 1, 1, shape[3]) if other[0] == "mean" else shape
+    out = b.add_tensor(np.broadcast_shapes(tuple(shape), tuple(shape_y)), scale=qo[0],
+                       zero_point=qo[1])
+    b.add_operator(op, [y, x] if swap else [x, y], [out],
+                   {"fused_activation_function": activation})
+    return b.build([x], [out])
+
+
+_C10 = np.arange(-50, 50, 10)          # a non-uniform int8 constant of 10 values
+ONE_INPUT_BINARY_MODELS = {
+    # MobileNetV3's squeeze-excite scaling: x * hard_sigmoid(mean(x)), broadcast over H, W
+    "mul_se_broadcast": lambda: binary_one_input("MUL", SQ, ("mean",), (0.05, -3),
+                                                 (0.004, -128), (0.02, 9)),
+    "mul_se_broadcast_first": lambda: binary_one_input("MUL", SQ, ("mean",), (0.05, -3),
+                                                       (0.03, 5), (0.04, -2), swap=True),
+    "mul_square_relu": lambda: binary_one_input("MUL", SQ, ("self",), (0.1, 10), None,
+                                                (0.5, -1), "RELU"),
+    # MobileNetV3's input scaling and hard-sigmoid's 1/6: a constant scalar (a table)
+    "mul_const_scalar": lambda: binary_one_input("MUL", SQ, ("const", np.int8(127)),
+                                                 (1.0, -128), (3.0757e-05, -128),
+                                                 (0.011764, -43)),
+    "mul_const_scalar_first": lambda: binary_one_input("MUL", SQ, ("const", np.int8(-90)),
+                                                       (0.05, 4), (0.01, 3), (0.03, -7),
+                                                       "RELU6", swap=True),
+    "mul_const_channels": lambda: binary_one_input("MUL", SQ, ("const", _C10), (0.05, -3),
+                                                   (0.02, 1), (0.03, 2)),
+    "add_const_scalar": lambda: binary_one_input("ADD", SQ, ("const", np.int8(-128)),
+                                                 (0.011764, -43), (0.0039216, 127),
+                                                 (0.0078431, -1)),
+    "add_const_channels": lambda: binary_one_input("ADD", SQ, ("const", _C10.reshape(1, 1, 1, 10)),
+                                                   (0.05, -3), (0.02, 1), (0.06, 4), "RELU"),
+    "add_broadcast_mean": lambda: binary_one_input("ADD", (1, 4, 4, 6), ("mean",), (0.1, 2),
+                                                   (0.1, 2), (0.2, 0)),
+}

@@ -15,7 +15,10 @@ What ``model.c`` holds (the :mod:`tvm_serenity.micro` contract):
 * the kernels: convolutions, depthwise convolutions, pooling and same-shape ADD are the TIR
   kernels of :mod:`.kernels` lowered to plain C by :func:`.plain_c.emit_c_kernel` (one function
   per distinct layer specification and layout); the other operators are the plain-C kernels
-  of :mod:`.ops`;
+  of :mod:`.ops`: HARD_SWISH and LOGISTIC as 256-entry tables computed with the reference
+  kernel (so is a MUL or ADD by a constant scalar), MUL and broadcasting or constant ADD
+  with NumPy broadcasting up to rank 4, SOFTMAX with exponential tables and gemmlowp's
+  reciprocal in 32-bit C, RESIZE_NEAREST_NEIGHBOR with source-offset tables;
 * ``void model_run(const int8_t *in, int8_t *out)``: copies ``in`` into the arena at the
   input's offset, runs the steps of ``plan.order`` and copies the output tensor to ``out``.
 
@@ -88,15 +91,17 @@ from ..alloc import ArenaPlan
 from ..graph import Graph
 from ..memory import InPlaceStep
 from ..alloc.plan import Move
+from ..frontend import reference as ref
 from ..frontend.reference import (activation_range, add_params, conv_params,
                                   conv_requant, quantize_multiplier, relu6_int8,
                                   strided_slice_params)
 from ..frontend.tflite_model import (Operator, Tensor, TFLiteModel, UnsupportedOperatorError)
 from ..frontend.to_graph import foldable_pads
 from .kernels import default_kernel_name, make_prim_func
-from .ops import (OpKernel, c_array, c_helpers, clamp_kernel, concatenation_kernel,
-                  fully_connected_kernel, mean_kernel, pad_kernel, requantize_kernel,
-                  strided_slice_kernel, transpose_kernel)
+from .ops import (OpKernel, add_kernel, c_array, c_helpers, clamp_kernel,
+                  concatenation_kernel, fully_connected_kernel, lookup_kernel, mean_kernel,
+                  mul_kernel, pad_kernel, requantize_kernel, resize_nearest_kernel,
+                  softmax_kernel, strided_slice_kernel, transpose_kernel)
 from .partial import accumulator_requantize_prim_func, depthwise_slice_prim_func
 from .plain_c import emit_c_function, emit_c_kernel
 from .spec import AddRescale, CodegenError, LayerSpec, pack_conv2d_weight
@@ -105,9 +110,10 @@ __all__ = ["SUPPORTED_OPS", "REWRITE_ROLES", "IntegerCore", "Step", "EmittedMode
            "integer_core", "concat_is_copy", "emit_model"]
 
 #: TFLite operators the emitter generates code for (int8 activations).
-SUPPORTED_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "AVERAGE_POOL_2D", "ADD", "MEAN",
-                 "FULLY_CONNECTED", "TRANSPOSE", "RESHAPE", "CONCATENATION", "PAD", "PADV2",
-                 "STRIDED_SLICE", "QUANTIZE", "RELU", "RELU6")
+SUPPORTED_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "AVERAGE_POOL_2D", "ADD", "MUL",
+                 "MEAN", "FULLY_CONNECTED", "TRANSPOSE", "RESHAPE", "CONCATENATION", "PAD",
+                 "PADV2", "STRIDED_SLICE", "RESIZE_NEAREST_NEIGHBOR", "QUANTIZE", "RELU",
+                 "RELU6", "HARD_SWISH", "LOGISTIC", "SOFTMAX")
 #: Roles (``attrs["rewrite"]["role"]``) of identity-rewrite nodes the emitter generates code
 #: for; a pushed-down unary copy has no role ("pushdown" here).
 REWRITE_ROLES = ("partial", "accumulate", "requantize", "slice", "slice_into", "pushdown")
@@ -327,6 +333,18 @@ class _Emitter:
                                        "activations are supported")
         node = self.tensor_node[op.inputs[i]]
         return t, f"ARENA({self.location[node]})"
+
+    def operand(self, op: Operator, i: int, name: str) -> tuple[Tensor, str]:
+        """Operand ``i`` of an elementwise operator (MUL, ADD) as (tensor, pointer
+        expression): an activation in the arena, or a constant int8 tensor emitted as the
+        ``static const`` array ``<name>_operand<i>``."""
+        t = self.core.tensors[op.inputs[i]]
+        if t.data is None:
+            return self.activation(op, i)
+        if t.dtype != "int8" or t.quant is None:
+            raise self.unsupported(op, f"constant operand {i} ('{t.name}') is {t.dtype}; "
+                                       "only int8 constants are supported")
+        return t, self.const(f"{name}_operand{i}", "int8", t.data)
 
     def bias(self, op: Operator, units: int) -> np.ndarray:
         """The operator's constant int32 bias (operand 2), or zeros when it has none."""
@@ -635,12 +653,14 @@ class _Emitter:
         return kernel, layout, _call(kernel, buffers + weights + ["scratch32"])
 
     def add(self, node, op, in_place):
-        """Same-shape int8 ADD: the TIR kernel; in place, input 1 is overwritten."""
+        """Same-shape int8 ADD of two activations: the TIR kernel; in place, input 1 is
+        overwritten. Broadcasting or a constant operand: :meth:`binary`."""
+        a, b = (self.core.tensors[i] for i in op.inputs[:2])
+        out = self.core.tensors[op.outputs[0]]
+        if a.data is not None or b.data is not None or not a.shape == b.shape == out.shape:
+            return self.binary(node, op, in_place)
         a, a_ptr = self.activation(op, 0)
         b, b_ptr = self.activation(op, 1)
-        out = self.core.tensors[op.outputs[0]]
-        if not a.shape == b.shape == out.shape:
-            raise self.unsupported(op, f"broadcasting ADD ({list(a.shape)} + {list(b.shape)})")
         p = add_params(*self.scale_zp(a), *self.scale_zp(b), *self.scale_zp(out),
                        op.options.get("fused_activation_function", "NONE"))
         rescale = AddRescale(p.input2_zero_point, p.input1_multiplier, p.input1_shift,
@@ -772,6 +792,126 @@ class _Emitter:
         return kernel, "rip" if in_place else "dual", \
             _call(kernel, [x_ptr, self.output(node)])
 
+    def binary(self, node, op, in_place):
+        """MUL, and ADD with broadcasting or a constant operand (``reference.mul_int8`` /
+        ``add_int8``): the broadcasting C kernel of :mod:`.ops`, or, when one operand is a
+        constant of one repeated value and the other has the output's size, a 256-entry
+        table of the reference kernel with that constant (an elementwise int8 function).
+        In place, the aliased operand is the first activation, which has the output's shape
+        (:mod:`~tvm_serenity.frontend.to_graph`): element ``i`` is read before it is written."""
+        name = _c_name(node.name)
+        a, b = (self.core.tensors[i] for i in op.inputs[:2])
+        if a.data is not None and b.data is not None:
+            raise self.unsupported(op, "both operands are constants")
+        out = self.core.tensors[op.outputs[0]]
+        if max(len(a.shape), len(b.shape), len(out.shape)) > 4:
+            raise self.unsupported(op, f"rank above 4 ({list(a.shape)}, {list(b.shape)})")
+        for t in (a, b):
+            if t.dtype != "int8" or t.quant is None:
+                raise self.unsupported(op, f"operand '{t.name}' is {t.dtype}; only int8 "
+                                           "operands are supported")
+        activation = op.options.get("fused_activation_function", "NONE")
+        (sa, za), (sb, zb), (so, zo) = self.scale_zp(a), self.scale_zp(b), self.scale_zp(out)
+        if op.op == "MUL":
+            rq = ref.mul_requant(sa, sb, so, zo, activation)
+            m, s = (int(np.asarray(v).reshape(-1)[0]) for v in (rq.multiplier, rq.shift))
+
+            def reference(x, y):
+                return ref.mul_int8(x, y, za, zb, rq)
+
+            def make():
+                return mul_kernel(name, a.shape, b.shape, out.shape, za, zb, m, s, zo,
+                                  rq.act_min, rq.act_max)
+        else:
+            p = add_params(sa, za, sb, zb, so, zo, activation)
+
+            def reference(x, y):
+                return ref.add_int8(x, y, p)
+
+            def make():
+                return add_kernel(name, a.shape, b.shape, out.shape, za, zb,
+                                  p.input1_multiplier, p.input1_shift, p.input2_multiplier,
+                                  p.input2_shift, int(p.output.multiplier),
+                                  int(p.output.shift), zo, p.output.act_min,
+                                  p.output.act_max, p.left_shift)
+        const, act, k = (b, a, 0) if b.data is not None else (a, b, 1)
+        if (const.data is not None and act.size == out.size
+                and np.all(const.data == const.data.reshape(-1)[0])):
+            _, act_ptr = self.activation(op, k)
+            v = np.arange(-128, 128, dtype=np.int8)
+            c = np.full(256, const.data.reshape(-1)[0], dtype=np.int8)
+            table = reference(v, c) if const is b else reference(c, v)
+            kernel = self.op_kernel(lookup_kernel(
+                name, out.size, f"{op.op} int8 by the constant {int(c[0])}"))
+            args = [act_ptr, self.output(node), self.const(f"{name}_table", "int8", table)]
+        else:
+            (_, a_ptr), (_, b_ptr) = self.operand(op, 0, name), self.operand(op, 1, name)
+            kernel = self.op_kernel(make())
+            args = [a_ptr, b_ptr, self.output(node)]
+        return kernel, "rip" if in_place else "dual", _call(kernel, args)
+
+    def lookup(self, node, op, in_place):
+        """HARD_SWISH and LOGISTIC: ``table[x + 128]``, the table computed with the reference
+        kernel for all 256 inputs (as :func:`~tvm_serenity.frontend.relax_import.table_of`)."""
+        x, x_ptr = self.activation(op, 0)
+        out = self.core.tensors[op.outputs[0]]
+        (si, zi), (so, zo) = self.scale_zp(x), self.scale_zp(out)
+        v = np.arange(-128, 128, dtype=np.int8)
+        if op.op == "HARD_SWISH":
+            table = ref.hard_swish_int8(v, ref.hard_swish_params(si, zi, so, zo))
+        else:
+            if zo != ref.INT8_MIN:
+                raise self.unsupported(op, "int8 LOGISTIC needs output zero point -128")
+            table = ref.logistic_int8(v, ref.logistic_params(si, zi))
+        name = _c_name(node.name)
+        kernel = self.op_kernel(lookup_kernel(name, out.size, f"{op.op} int8"))
+        args = [x_ptr, self.output(node), self.const(f"{name}_table", "int8", table)]
+        return kernel, "rip" if in_place else "dual", _call(kernel, args)
+
+    def softmax(self, node, op, in_place):
+        """TFLM's int8 SOFTMAX over the last axis (``reference.softmax_int8``): the
+        exponentials of the 256 possible differences to the row maximum and their terms of
+        the sum as tables (computed here as ``relax_import.softmax_int8`` does), the per-row
+        reciprocal and rounding in 32-bit C (:func:`.ops.softmax_kernel`)."""
+        x, x_ptr = self.activation(op, 0)
+        out = self.core.tensors[op.outputs[0]]
+        if self.scale_zp(out) != (np.float32(1.0 / 256), ref.INT8_MIN):
+            raise self.unsupported(op, "int8 SOFTMAX needs output scale 1/256 and zero "
+                                       "point -128")
+        depth = int(x.shape[-1]) if len(x.shape) else 1
+        exps, terms, valid_from = ref.softmax_tables(
+            ref.softmax_params(op.options.get("beta", 1.0), self.scale_zp(x)[0]))
+        name = _c_name(node.name)
+        try:
+            kernel = self.op_kernel(softmax_kernel(name, x.size // depth, depth, valid_from))
+        except CodegenError as e:
+            raise self.unsupported(op, str(e)) from None
+        args = [x_ptr, self.output(node), self.const(f"{name}_exps", "int32", exps),
+                self.const(f"{name}_terms", "int32", terms)]
+        return kernel, "rip" if in_place else "dual", _call(kernel, args)
+
+    def resize_nearest(self, node, op, in_place):
+        """RESIZE_NEAREST_NEIGHBOR: the reference's source rows and columns (read off by
+        resizing the indices themselves, as ``relax_import`` does) as offset tables, pixel
+        copies in C."""
+        x, x_ptr = self.activation(op, 0)
+        if len(x.shape) != 4:
+            raise self.unsupported(op, f"input shape {list(x.shape)}: NHWC only")
+        _, h, w, c = (int(d) for d in x.shape)
+        oh, ow = (int(v) for v in np.asarray(self.core.tensors[op.inputs[1]].data).reshape(-1))
+        o = op.options
+        corners, half = bool(o.get("align_corners")), bool(o.get("half_pixel_centers"))
+        rows = ref.resize_nearest_neighbor(np.arange(h).reshape(1, h, 1, 1), (oh, 1),
+                                           corners, half).reshape(-1)
+        cols = ref.resize_nearest_neighbor(np.arange(w).reshape(1, 1, w, 1), (1, ow),
+                                           corners, half).reshape(-1)
+        name = _c_name(node.name)
+        kernel = self.op_kernel(resize_nearest_kernel(name, x.shape, (oh, ow)))
+        args = [x_ptr, self.output(node),
+                self.const(f"{name}_rows", "int32", rows.astype(np.int64) * (w * c)),
+                self.const(f"{name}_cols", "int32", cols.astype(np.int64) * c)]
+        return kernel, "dual", _call(kernel, args)
+
     def reshape(self, node, op, in_place):
         x, x_ptr = self.activation(op, 0)
         out_ptr = self.output(node)
@@ -782,12 +922,14 @@ class _Emitter:
 
 _HANDLERS = {"CONV_2D": _Emitter.window, "DEPTHWISE_CONV_2D": _Emitter.window,
              "MAX_POOL_2D": _Emitter.window, "AVERAGE_POOL_2D": _Emitter.window,
-             "ADD": _Emitter.add, "MEAN": _Emitter.mean,
+             "ADD": _Emitter.add, "MUL": _Emitter.binary, "MEAN": _Emitter.mean,
              "FULLY_CONNECTED": _Emitter.fully_connected, "TRANSPOSE": _Emitter.transpose,
              "CONCATENATION": _Emitter.concatenation, "PAD": _Emitter.pad,
              "PADV2": _Emitter.pad, "STRIDED_SLICE": _Emitter.strided_slice,
              "QUANTIZE": _Emitter.quantize, "RELU": _Emitter.relu, "RELU6": _Emitter.relu,
-             "RESHAPE": _Emitter.reshape}
+             "RESHAPE": _Emitter.reshape, "HARD_SWISH": _Emitter.lookup,
+             "LOGISTIC": _Emitter.lookup, "SOFTMAX": _Emitter.softmax,
+             "RESIZE_NEAREST_NEIGHBOR": _Emitter.resize_nearest}
 assert set(_HANDLERS) == set(SUPPORTED_OPS)
 _REWRITE_HANDLERS = {"partial": _Emitter.conv_partial, "accumulate": _Emitter.conv_partial,
                      "requantize": _Emitter.conv_requantize,

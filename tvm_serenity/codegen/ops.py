@@ -6,21 +6,27 @@ around them are generated here directly as C99 text, from the integer semantics 
 :mod:`tvm_serenity.frontend.reference` (the arithmetic specification; tests check every
 kernel against it bit for bit): MEAN, FULLY_CONNECTED, TRANSPOSE, CONCATENATION, PAD,
 STRIDED_SLICE, int8 QUANTIZE (requantize), RELU and RELU6 (TFLM's ``ReluQuantized`` /
-``Relu6Quantized``) and RESHAPE (a copy, or nothing when aliased). They
+``Relu6Quantized``), HARD_SWISH and LOGISTIC (a 256-entry table of the reference kernel),
+MUL and broadcasting/constant ADD (NumPy broadcasting up to rank 4), SOFTMAX (TFLM's
+fixed-point exp tables and gemmlowp reciprocal, 32-bit), RESIZE_NEAREST_NEIGHBOR (index
+tables) and RESHAPE (a copy, or nothing when aliased). They
 are a small share of a network's cycles, so the C is written for clarity with constants baked
 in (loop bounds, strides, zero points, multipliers); none divides inside a loop.
 
 Every kernel is ``static void name(const int8_t *input, int8_t *output, ...)`` (CONCATENATION
-takes one input pointer per operand). In-place safety, which the graph emitter relies on when
-the arena plan overlaps input and output (docs/rip.md):
+takes one input pointer per operand, MUL/ADD ``input1, input2, output``). In-place safety,
+which the graph emitter relies on when the arena plan overlaps input and output (docs/rip.md):
 
-* QUANTIZE, RELU and RELU6 read element ``i`` before writing element ``i``: exact alias (same
-  offset) is safe.
+* QUANTIZE, RELU, RELU6 and the table lookups (HARD_SWISH, LOGISTIC) read element ``i``
+  before writing element ``i``: exact alias (same offset) is safe. So do MUL and ADD for an
+  operand of the output's shape, and SOFTMAX (a row is read whole before it is written, each
+  output right after its input).
 * MEAN accumulates a whole reduction block into the int32 ``acc`` scratch before writing any of
   its outputs; for a global spatial mean (one block) any overlap is safe.
 * FULLY_CONNECTED gathers one input row (``x - zero_point`` as int16) into ``scratch`` before
   writing that row's outputs: the RiP layout of the row-as-pixel geometry is safe.
-* TRANSPOSE, CONCATENATION, PAD, STRIDED_SLICE and the RESHAPE copy need disjoint buffers.
+* TRANSPOSE, CONCATENATION, PAD, STRIDED_SLICE, RESIZE_NEAREST_NEIGHBOR and the RESHAPE copy
+  need disjoint buffers.
 
 :func:`c_helpers` returns the shared fixed-point helpers, which a translation unit using these
 kernels includes once: ``serenity_mbqm`` (TFLite's ``MultiplyByQuantizedMultiplier`` with
@@ -39,7 +45,8 @@ from .spec import INT8_MAX, INT8_MIN, CodegenError
 
 __all__ = ["c_helpers", "OpKernel", "c_array", "mean_kernel", "fully_connected_kernel",
            "transpose_kernel", "concatenation_kernel", "pad_kernel", "strided_slice_kernel",
-           "requantize_kernel", "clamp_kernel"]
+           "requantize_kernel", "clamp_kernel", "lookup_kernel", "mul_kernel", "add_kernel",
+           "softmax_kernel", "resize_nearest_kernel"]
 
 
 def c_helpers() -> str:
@@ -344,6 +351,222 @@ static void {name}(const int8_t *input, int8_t *output) {{
     for (int32_t i = 0; i < {elements}; ++i) {{
         output[i] = serenity_clamp(input[i], {low}, {high});
     }}
+}}
+"""
+    return OpKernel(name, source)
+
+
+def lookup_kernel(name: str, elements: int, what: str) -> OpKernel:
+    """``output[i] = table[input[i] + 128]``: an elementwise int8 function given for all 256
+    inputs (HARD_SWISH, LOGISTIC, a binary operator with a constant scalar operand), the
+    table computed from the reference kernel. Parameters after ``output``: ``table``
+    (int8[256]). Element ``i`` is read before it is written."""
+    if elements < 1:
+        raise CodegenError(f"{name}: empty {what}")
+    source = f"""\
+/* {what}: {elements} elements through a 256-entry table of the reference kernel. */
+static void {name}(const int8_t *input, int8_t *output, const int8_t *table) {{
+    for (int32_t i = 0; i < {elements}; ++i) output[i] = table[(int32_t)input[i] + 128];
+}}
+"""
+    return OpKernel(name, source)
+
+
+def _broadcast_strides(name: str, shape, out4) -> list[int]:
+    """Element strides of an operand of ``shape`` read at every index of ``out4`` (NumPy/TFLite
+    broadcasting: a size-1 axis is read at index 0, stride 0)."""
+    shape4 = _pad4(shape)
+    if any(d not in (1, o) for d, o in zip(shape4, out4)):
+        raise CodegenError(f"{name}: operand shape {list(shape)} does not broadcast to "
+                           f"{list(out4)}")
+    return [0 if d == 1 else s for d, s in zip(shape4, _strides(shape4))]
+
+
+def _offset(base: str, terms) -> str:
+    """``base + a * 12 + c * 3`` without the zero terms."""
+    return " + ".join([base] + [f"{v} * {s}" for v, s in terms if s])
+
+
+def _binary_kernel(name: str, what: str, shape_a, shape_b, out_shape, element: str) -> str:
+    """The loop nest of an elementwise binary operator with broadcasting (rank <= 4):
+    ``element`` is a C expression of ``x`` and ``y`` (the two int32 operand values) giving the
+    int8 result. Output elements are written in order, each right after reading its operands:
+    an operand with the output's shape may share the output's address."""
+    out4 = _pad4(out_shape)
+    try:
+        shape = np.broadcast_shapes(tuple(shape_a), tuple(shape_b))
+    except ValueError:
+        shape = None
+    if shape is None or tuple(int(d) for d in shape) != tuple(int(d) for d in out_shape):
+        raise CodegenError(f"{name}: {list(shape_a)} and {list(shape_b)} do not broadcast to "
+                           f"{list(out_shape)}")
+    sa = _broadcast_strides(name, shape_a, out4)
+    sb = _broadcast_strides(name, shape_b, out4)
+    loops = list(zip("abc", out4[:3]))
+    index_a, index_b = "d" if sa[3] else "0", "d" if sb[3] else "0"
+    return f"""\
+/* {what}: {list(shape_a)} and {list(shape_b)} -> {list(out_shape)} (broadcast). */
+static void {name}(const int8_t *input1, const int8_t *input2, int8_t *output) {{
+    for (int32_t a = 0; a < {out4[0]}; ++a)
+        for (int32_t b = 0; b < {out4[1]}; ++b)
+            for (int32_t c = 0; c < {out4[2]}; ++c) {{
+                const int8_t *p = {_offset("input1", [(v, s) for (v, _), s in zip(loops, sa)])};
+                const int8_t *q = {_offset("input2", [(v, s) for (v, _), s in zip(loops, sb)])};
+                for (int32_t d = 0; d < {out4[3]}; ++d) {{
+                    int32_t x = p[{index_a}], y = q[{index_b}];
+                    *output++ = {element};
+                }}
+            }}
+}}
+"""
+
+
+def mul_kernel(name: str, shape_a, shape_b, out_shape, zero_a: int, zero_b: int,
+               multiplier: int, shift: int, output_zero_point: int, act_min: int = -128,
+               act_max: int = 127) -> OpKernel:
+    """int8 MUL (``reference_integer_ops::MulElementwise`` / ``BroadcastMul4DSlow``):
+    ``clamp(MBQM((x - z1) * (y - z2), m, s) + z_out, act_min, act_max)`` with NumPy
+    broadcasting of tensors of rank <= 4 (``frontend.reference.mul_int8``). Parameters:
+    ``input1``, ``input2``, ``output``; either input may be a constant array."""
+    _check_int8(name, zero_a, zero_b, output_zero_point, act_min, act_max)
+    _check_requant(name, multiplier, shift)
+    element = (f"serenity_clamp(serenity_mbqm((x {_plus(-zero_a)}) * (y {_plus(-zero_b)}), "
+               f"{multiplier}, {shift})\n                        {_plus(output_zero_point)}, "
+               f"{act_min}, {act_max})")
+    return OpKernel(name, _binary_kernel(name, "MUL int8", shape_a, shape_b, out_shape,
+                                         element))
+
+
+def add_kernel(name: str, shape_a, shape_b, out_shape, zero_a: int, zero_b: int,
+               multiplier_a: int, shift_a: int, multiplier_b: int, shift_b: int,
+               multiplier: int, shift: int, output_zero_point: int, act_min: int = -128,
+               act_max: int = 127, left_shift: int = 20) -> OpKernel:
+    """int8 ADD with broadcasting (``reference_integer_ops::BroadcastAdd4DSlow``, the same
+    arithmetic as ``frontend.reference.add_int8``): each input ``(v - z) * 2^left_shift``
+    rescaled by its own multiplier, summed, requantized. The TIR kernel of :mod:`.kernels`
+    covers same-shape ADD of two activations; this one broadcasts and takes constants."""
+    _check_int8(name, zero_a, zero_b, output_zero_point, act_min, act_max)
+    for m, s in ((multiplier_a, shift_a), (multiplier_b, shift_b), (multiplier, shift)):
+        _check_requant(name, m, s)
+    if not 0 <= left_shift <= 22:
+        raise CodegenError(f"{name}: left shift {left_shift} overflows int32")
+    scale = 1 << left_shift
+    element = (f"serenity_clamp(serenity_mbqm(\n"
+               f"                        serenity_mbqm((x {_plus(-zero_a)}) * {scale}, "
+               f"{multiplier_a}, {shift_a})\n"
+               f"                        + serenity_mbqm((y {_plus(-zero_b)}) * {scale}, "
+               f"{multiplier_b}, {shift_b}),\n"
+               f"                        {multiplier}, {shift}) {_plus(output_zero_point)}, "
+               f"{act_min}, {act_max})")
+    return OpKernel(name, _binary_kernel(name, "ADD int8", shape_a, shape_b, out_shape,
+                                         element))
+
+
+#: gemmlowp constants of ``one_over_one_plus_x_for_x_in_0_1`` (48/17 and 32/17 in Q2.29).
+_RECIPROCAL_48_17, _RECIPROCAL_32_17 = 1515870810, 1010580540
+#: TFLM's SOFTMAX: the sum of exponentials has 12 integer bits, the int8 output 8 bits.
+SOFTMAX_ACCUMULATION_BITS = 12
+
+
+def softmax_kernel(name: str, rows: int, depth: int, valid_from: int) -> OpKernel:
+    """TFLM's int8 SOFTMAX (``reference_ops::Softmax``, output scale 1/256, zero point -128)
+    over ``rows`` rows of ``depth`` values, exactly as ``frontend.reference.softmax_int8``.
+
+    A value's difference to its row maximum is one of -255..0, so its exponential and its
+    term of the sum are the tables ``exps`` and ``terms`` (int32[256], index ``diff + 255``,
+    computed in Python; a term is 0 below ``diff_min``, i.e. at indices below
+    ``valid_from``). In C, per row: the maximum, the sum of terms, gemmlowp's fixed-point
+    reciprocal of the sum (``GetReciprocal``: count leading zeros, Newton-Raphson in Q2.29),
+    then ``RoundingDivideByPOT(SRDHM(reciprocal, exp), 35 - headroom) - 128`` per value. All
+    32-bit: every SRDHM has a non-negative operand, so it is ``serenity_mbqm(x, m, 0)``. A
+    division by 2^32 or more (a row sum of at least 2^27, TFLM's 32-bit mask wrapping to -1)
+    gives 1, as in the reference. A row is read entirely before its outputs are written, each
+    right after its input: exact alias is safe.
+    """
+    if rows < 1 or depth < 1:
+        raise CodegenError(f"{name}: empty SOFTMAX ({rows}x{depth})")
+    if depth >= 1 << SOFTMAX_ACCUMULATION_BITS:
+        raise CodegenError(f"{name}: SOFTMAX over {depth} values overflows TFLite's int32 "
+                           "sum of exponentials (at most 4095)")
+    if not 0 <= valid_from <= 255:
+        raise CodegenError(f"{name}: first valid difference index {valid_from} is not in "
+                           "[0, 255]")
+    invalid = (f"if (k < {valid_from}) {{\n                y[i] = -128;     "
+               f"/* below diff_min */\n            }} else " if valid_from else "")
+    source = f"""\
+/* gemmlowp GetReciprocal of a SOFTMAX row sum in [2^19, 2^31) (Q12): sets *headroom
+ * to its leading zeros and returns one_over_one_plus_x_for_x_in_0_1((sum << headroom) - 1)
+ * (Q0.31), Newton-Raphson in Q2.29 on half the denominator d, 32-bit only. */
+static int32_t {name}_reciprocal(int32_t sum, int32_t *headroom) {{
+    int32_t h = 0;
+    while (!(((uint32_t)sum << h) & 0x80000000u)) ++h;
+    *headroom = h;
+    /* RoundingHalfSum((sum << h) - 2^31, 2^31 - 1): (sum << h) / 2, in [2^30, 2^31) */
+    const int32_t half_d = (int32_t)(((uint32_t)sum << h) >> 1);
+    /* x = 48/17 - 32/17 d (the product d * -32/17 as SRDHM(-d, 32/17)); x stays in (0, 2) */
+    int32_t x = {_RECIPROCAL_48_17} + serenity_mbqm(-half_d, {_RECIPROCAL_32_17}, 0);
+    for (int32_t k = 0; k < 3; ++k) {{
+        const int32_t one_minus_dx = (int32_t)((uint32_t)(1 << 29)
+                                               - (uint32_t)serenity_mbqm(x, half_d, 0));
+        const int32_t step = serenity_mbqm(one_minus_dx, x, 0);
+        const int32_t step4 = step > 0x1FFFFFFF ? 0x7FFFFFFF
+            : (step < -0x1FFFFFFF ? (-0x7FFFFFFF - 1) : step * 4);
+        x = (int32_t)((uint32_t)x + (uint32_t)step4);
+    }}
+    return x > 0x3FFFFFFF ? 0x7FFFFFFF : (x < -0x3FFFFFFF ? (-0x7FFFFFFF - 1) : x * 2);
+}}
+
+/* SOFTMAX int8: {rows} row(s) of {depth}, output scale 1/256, zero point -128 (TFLM). */
+static void {name}(const int8_t *input, int8_t *output, const int32_t *exps,
+                   const int32_t *terms) {{
+    for (int32_t r = 0; r < {rows}; ++r) {{
+        const int8_t *x = input + r * {depth};
+        int8_t *y = output + r * {depth};
+        int32_t max = -128, sum = 0, headroom;
+        for (int32_t i = 0; i < {depth}; ++i) if (x[i] > max) max = x[i];
+        const int32_t base = 255 - max;      /* table index of a value: diff + 255 */
+        for (int32_t i = 0; i < {depth}; ++i) sum += terms[x[i] + base];
+        const int32_t scale = {name}_reciprocal(sum, &headroom);
+        const int32_t exponent = {SOFTMAX_ACCUMULATION_BITS + 31 - 8} - headroom;  /* in [23, 34] */
+        for (int32_t i = 0; i < {depth}; ++i) {{
+            const int32_t k = x[i] + base;
+            {invalid}if (exponent > 31) {{
+                y[i] = -127;     /* RoundingDivideByPOT by >= 2^32 gives 1 */
+            }} else {{
+                y[i] = serenity_clamp(serenity_mbqm(exps[k], scale, -exponent) - 128,
+                                      -128, 127);
+            }}
+        }}
+    }}
+}}
+"""
+    return OpKernel(name, source)
+
+
+def resize_nearest_kernel(name: str, in_shape, out_hw) -> OpKernel:
+    """RESIZE_NEAREST_NEIGHBOR of an NHWC int8 tensor: each output pixel is a copy of the
+    ``C`` bytes of one input pixel. Parameters after ``output``: ``rows`` (int32[out H],
+    the source row times ``W * C``) and ``cols`` (int32[out W], the source column times
+    ``C``), the reference's source indices computed in Python. Needs disjoint buffers."""
+    shape = tuple(int(d) for d in in_shape)
+    if len(shape) != 4 or min(shape) < 1 or min(out_hw) < 1:
+        raise CodegenError(f"{name}: RESIZE_NEAREST_NEIGHBOR of {list(shape)} to "
+                           f"{list(out_hw)}: NHWC input and a non-empty size only")
+    n, h, w, c = shape
+    oh, ow = (int(v) for v in out_hw)
+    copy = (f"*output++ = src[cols[x]];" if c == 1
+            else f"memcpy(output, src + cols[x], {c});\n                output += {c};")
+    source = f"""\
+/* RESIZE_NEAREST_NEIGHBOR: {list(shape)} -> [{n}, {oh}, {ow}, {c}], pixel copies. */
+static void {name}(const int8_t *input, int8_t *output, const int32_t *rows,
+                   const int32_t *cols) {{
+    for (int32_t b = 0; b < {n}; ++b)
+        for (int32_t y = 0; y < {oh}; ++y) {{
+            const int8_t *src = input + b * {h * w * c} + rows[y];
+            for (int32_t x = 0; x < {ow}; ++x) {{
+                {copy}
+            }}
+        }}
 }}
 """
     return OpKernel(name, source)

@@ -53,7 +53,7 @@ __all__ = [
     # parameters and kernels
     "Requant", "ConvParams", "AddParams", "PoolParams", "HardSwishParams", "LogisticParams",
     "SoftmaxParams", "conv_requant", "add_params", "mul_requant", "hard_swish_params",
-    "logistic_params", "softmax_params",
+    "logistic_params", "softmax_params", "softmax_tables",
     "quantize", "dequantize", "requantize_int8", "conv2d_int8", "depthwise_conv2d_int8",
     "fully_connected_int8", "add_int8", "mul_int8", "mean_int8", "average_pool_int8",
     "max_pool_int8", "pad", "resize_nearest_neighbor", "hard_swish_int8", "logistic_int8",
@@ -760,6 +760,19 @@ def softmax_params(beta: float, input_scale: float) -> SoftmaxParams:
                              "TFLite rejects this quantization")
     m, s = quantize_multiplier(real)
     return SoftmaxParams(m, s, -_input_radius(5, s))
+
+
+def softmax_tables(params: SoftmaxParams) -> tuple[np.ndarray, np.ndarray, int]:
+    """:func:`softmax_int8`'s per-element work as tables, for the kernels that restate it
+    (the Relax importer, the C emitter): at index ``diff + 255`` for the differences -255..0
+    to the row maximum, the fixed-point exponential (Q0.31) and its term of the sum (Q12, 0
+    below ``diff_min``), and the first index at or above ``diff_min``."""
+    diffs = np.arange(-255, 1, dtype=np.int64)
+    shifted = (diffs << params.input_left_shift).astype(np.int32).astype(np.int64)  # C wrap
+    scaled = saturating_rounding_doubling_high_mul(shifted, params.input_multiplier)
+    exps = exp_on_negative_values(scaled, 5)
+    terms = np.where(diffs >= params.diff_min, rounding_divide_by_pot(exps, 12), 0)
+    return exps, terms, int(np.clip(params.diff_min + 255, 0, 255))
 
 
 def softmax_int8(x: np.ndarray, p: SoftmaxParams) -> np.ndarray:

@@ -321,12 +321,7 @@ def _saturating_left_shift(x: relax.Expr, exponent: int) -> relax.Expr:
 def softmax_int8(x: relax.Expr, params: ref.SoftmaxParams) -> relax.Expr:
     """:func:`.reference.softmax_int8` over the last axis. The differences to the row maximum
     take the 256 values -255..0, so their exponentials (and the terms summed) are tables."""
-    diffs = np.arange(-255, 1, dtype=np.int64)
-    valid = diffs >= params.diff_min
-    shifted = (diffs << params.input_left_shift).astype(np.int32).astype(np.int64)   # C wrap
-    scaled = ref.saturating_rounding_doubling_high_mul(shifted, params.input_multiplier)
-    exps = ref.exp_on_negative_values(scaled, 5)
-    terms = np.where(valid, ref.rounding_divide_by_pot(exps, 12), 0)
+    exps, terms, _ = ref.softmax_tables(params)
 
     v = R.astype(x, "int64")
     diff = R.subtract(v, R.max(v, axis=-1, keepdims=True))

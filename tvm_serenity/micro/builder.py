@@ -20,6 +20,7 @@ rendered from it too.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -178,6 +179,14 @@ def build_firmware(project_dir: str | Path, board: str | Board, *, emulate: bool
     fit = check_fit(elf, board, emulate=emulate, stack_reserve=stack_reserve,
                     scratch_bytes=scratch_bytes)
     if link.returncode:
+        code = board.layout(emulate).code
+        over = re.search(r"region `(\w+)' overflowed by (\d+) bytes", link.stderr)
+        if over and code is not None and over.group(1) == "CODE":
+            raise SerenityError(
+                f"model does not fit: {board.name} ({board.chip}) flash: code, weights and "
+                f"constants need {code.size + int(over.group(2)):,} B of {code.size:,} B "
+                f"({code.size // 1024} KiB): over by {int(over.group(2)):,} B (SRAM would fit: "
+                f"{fit.total_bytes:,} B of {fit.sram_bytes:,} B)")
         raise SerenityError(f"linking for {board.name} failed:\n{link.stderr.strip()}")
     binary = elf.with_suffix(".bin")
     _run([ARM_PREFIX + "objcopy", "-O", "binary", str(elf), str(binary)], project, "objcopy")
