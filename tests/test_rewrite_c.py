@@ -309,7 +309,7 @@ def test_channel_wise_cell_runs_on_rp2040js(tmp_path):
 @pytest.mark.slow
 @needs_cc
 @settings(max_examples=10, deadline=None, derandomize=True)
-@given(unary=st.sampled_from([(), ("RELU",), ("RELU6",), ("RELU", "RELU6")]),
+@given(unary=st.sampled_from([(), ("RELU",), ("RELU6",), ("RELU", "RELU6"), ("HARD_SWISH",)]),
        rip=st.booleans(), **CELL_STRATEGIES)
 def test_random_cells_compile_bit_exact_and_never_plan_more(
         tmp_path_factory, consumer, branch_channels, hw, kernel, stride, padding, unary,
@@ -324,3 +324,12 @@ def test_random_cells_compile_bit_exact_and_never_plan_more(
     assert bool(r.applied) == (r.peak_after < r.peak_before)
     assert compiled.plan.liveness_peak_bytes <= plain.plan.liveness_peak_bytes
     _seeds_bit_exact(tmp / "rewrite", compiled.emitted.input_bytes, seeds=(seed, seed + 1))
+
+
+@needs_cc
+def test_hard_swish_is_pushed_into_the_branches_in_c(tmp_path):
+    path = concat_cell(tmp_path, consumer="CONV_2D", unary=("HARD_SWISH",))
+    compiled = compile_tflite(path, "host", tmp_path / "out", rewrite=True)
+    assert [p for p, _ in compiled.rewrite.applied] == [CHANNEL]
+    assert [s.op for s in compiled.emitted.steps].count("HARD_SWISH/pushdown") == 3
+    _seeds_bit_exact(compiled.out_dir, compiled.emitted.input_bytes)

@@ -10,7 +10,7 @@
         ─ micro.generate_project + build       firmware, SRAM fit check (tvm_serenity.micro)
 
 ``rewrite=True`` inserts identity graph rewriting between the graph and the schedule:
-:func:`tvm_serenity.rewrite.rewrite_graph` partitions ``concat -> (RELU/RELU6) -> conv`` and
+:func:`tvm_serenity.rewrite.rewrite_graph` partitions ``concat -> (elementwise ops) -> conv`` and
 ``concat -> depthwise`` patterns (int32 partial sums accumulated in place and requantized once;
 depthwise slices written into one output), keeping a rewrite only where the scheduler's peak
 drops; it is judged with the same method, in-place model and time limit as the schedule, and

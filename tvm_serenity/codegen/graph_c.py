@@ -52,7 +52,8 @@ operator whose TFLite constants it uses. The new nodes are emitted by their role
   DEPTHWISE_CONV_2D's output channels of one branch, with its weight, bias and requantization
   slices, written into the shared output (multiplier 1: the depthwise kernel's own row loops,
   :meth:`.spec.LayerSpec.depthwise_slice`; otherwise :func:`.partial.depthwise_slice_prim_func`);
-* a pushed-down unary (RELU, RELU6): the original operator's kernel on one branch.
+* a pushed-down unary (RELU, RELU6, HARD_SWISH, LOGISTIC): the original operator's kernel
+  on one branch.
 
 An aliasing step (accumulate, slice_into, requantize, unary) runs on one address when the plan
 lays it out in place; when the plan keeps input and output apart, the accumulate/slice_into
@@ -477,7 +478,7 @@ class _Emitter:
         op = self.core.operators[self.operator_of[origin["of"]]]
         expected = {"partial": ("CONV_2D",), "accumulate": ("CONV_2D",),
                     "requantize": ("CONV_2D",), "slice": ("DEPTHWISE_CONV_2D",),
-                    "slice_into": ("DEPTHWISE_CONV_2D",), "pushdown": ("RELU", "RELU6")}[role]
+                    "slice_into": ("DEPTHWISE_CONV_2D",), "pushdown": ("RELU", "RELU6", "HARD_SWISH", "LOGISTIC")}[role]
         if op.op not in expected:
             raise self.unsupported(op, f"rewrite node '{node.name}' ({role}) of a {op.op}: "
                                        f"only {' or '.join(expected)} is emitted")
@@ -601,7 +602,8 @@ class _Emitter:
 
     def pushdown(self, node, op, origin, in_place):
         """A unary operator pushed into one branch of the concat: its kernel on the branch."""
-        return self.relu(node, op, in_place, x_ptr=self.at(node.inputs[0]))
+        emit = self.lookup if op.op in ("HARD_SWISH", "LOGISTIC") else self.relu
+        return emit(node, op, in_place, x_ptr=self.at(node.inputs[0]))
 
     # ----------------------------------------------------------------------- op handlers
     def window(self, node, op, in_place):
@@ -850,10 +852,14 @@ class _Emitter:
             args = [a_ptr, b_ptr, self.output(node)]
         return kernel, "rip" if in_place else "dual", _call(kernel, args)
 
-    def lookup(self, node, op, in_place):
-        """HARD_SWISH and LOGISTIC: ``table[x + 128]``, the table computed with the reference
-        kernel for all 256 inputs (as :func:`~tvm_serenity.frontend.relax_import.table_of`)."""
-        x, x_ptr = self.activation(op, 0)
+    def lookup(self, node, op, in_place, x_ptr: str | None = None):
+        """HARD_SWISH and LOGISTIC: ``table[x + 128]`` over the node's ``bytes`` elements, the
+        table computed with the reference kernel for all 256 inputs (as
+        :func:`~tvm_serenity.frontend.relax_import.table_of`); ``x_ptr`` as for :meth:`relu`."""
+        if x_ptr is None:
+            x, x_ptr = self.activation(op, 0)
+        else:
+            x = self.core.tensors[op.inputs[0]]
         out = self.core.tensors[op.outputs[0]]
         (si, zi), (so, zo) = self.scale_zp(x), self.scale_zp(out)
         v = np.arange(-128, 128, dtype=np.int8)
@@ -864,7 +870,7 @@ class _Emitter:
                 raise self.unsupported(op, "int8 LOGISTIC needs output zero point -128")
             table = ref.logistic_int8(v, ref.logistic_params(si, zi))
         name = _c_name(node.name)
-        kernel = self.op_kernel(lookup_kernel(name, out.size, f"{op.op} int8"))
+        kernel = self.op_kernel(lookup_kernel(name, node.bytes, f"{op.op} int8"))
         args = [x_ptr, self.output(node), self.const(f"{name}_table", "int8", table)]
         return kernel, "rip" if in_place else "dual", _call(kernel, args)
 
