@@ -296,14 +296,22 @@ def test_cli_compile_rewrite_reports_and_records_the_decision(tmp_path, capsys):
 @pytest.mark.slow
 @needs_arm
 @needs_rp2040js
-def test_channel_wise_cell_runs_on_rp2040js(tmp_path):
-    path = concat_cell(tmp_path, consumer="CONV_2D")
-    plain = compile_tflite(path, "pico", tmp_path / "plain", build=False)
-    compiled = compile_tflite(path, "pico", tmp_path / "pico", rewrite=True)
-    assert compiled.fit.fits
-    result = run(compiled.out_dir)                   # rp2040js; raises unless bit-exact
-    assert result.backend == "rp2040js" and result.cycles > 0
-    assert result.arena_bytes == compiled.arena_bytes == 3328 < plain.arena_bytes == 6144
+@pytest.mark.parametrize("cell", ["conv_3x16", "dw_3x16", "conv_strided_odd"])
+def test_rewritten_cell_runs_on_rp2040js(tmp_path, cell):
+    """Both builds of the cell on the emulated Pico, bit-exact; prints the cycles
+    (``pytest tests/test_rewrite_c.py -m slow -k rp2040js -s``)."""
+    options, _, before, after = CELLS[cell]
+    path = concat_cell(tmp_path, **options)
+    runs = {}
+    for rewrite in (False, True):
+        compiled = compile_tflite(path, "pico", tmp_path / str(rewrite), rewrite=rewrite)
+        assert compiled.fit.fits
+        runs[rewrite] = run(compiled.out_dir)        # rp2040js; raises unless bit-exact
+        assert runs[rewrite].backend == "rp2040js" and runs[rewrite].cycles > 0
+    assert (runs[False].arena_bytes, runs[True].arena_bytes) == (before, after)
+    print(f"\n{cell}: arena {before:,} -> {after:,} B, rp2040js cycles "
+          f"{runs[False].cycles:,} -> {runs[True].cycles:,} "
+          f"({runs[True].cycles / runs[False].cycles:.3f}x)")
 
 
 @pytest.mark.slow

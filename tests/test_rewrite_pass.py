@@ -20,6 +20,7 @@ from tflite_cases import add_conv
 from tvm_serenity.frontend import reference as ref
 from tvm_serenity.frontend import relax_import as ri
 from tvm_serenity.frontend.builder import ModelBuilder
+from tvm_serenity.frontend.interpreters import model_inputs
 from tvm_serenity.frontend.tflite_model import load_tflite
 from tvm_serenity.memory import simulate
 from tvm_serenity.passes.convert import block_graph, is_op
@@ -89,9 +90,7 @@ def _run(mod, input_sets, pipeline="serenity"):
 
 
 def _inputs(model, seed):
-    rng = np.random.default_rng(seed)
-    return [rng.integers(-128, 128, model.tensors[i].shape).astype(np.int8)
-            for i in model.inputs]
+    return model_inputs(model, np.random.default_rng(seed))
 
 
 def _min_peak(graph):

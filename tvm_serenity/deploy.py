@@ -56,7 +56,7 @@ from .codegen.graph_c import (EmittedModel, IntegerCore, concat_is_copy, emit_mo
 from .errors import SerenityError
 from .files import read_json
 from .frontend import Interpreter, load_tflite, tflite_to_graph
-from .frontend.tflite_model import Tensor, TFLiteModel
+from .frontend.tflite_model import TFLiteModel
 from .graph import Graph
 from .rewrite import RewriteResult, rewrite_graph
 from .schedule import ScheduleResult
@@ -73,11 +73,6 @@ SOURCE_GRAPH_FILE = "graph_source.json"     # the graph before identity rewritin
 MODEL_DIR = "model"
 PROJECT_DIR = "project"
 INPUT_FILE = "input.bin"
-
-
-def _tensor_json(t: Tensor) -> dict:
-    return {"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "bytes": t.nbytes,
-            "scale": t.quant.scalar_scale, "zero_point": t.quant.scalar_zero_point}
 
 
 @dataclass(frozen=True)
@@ -122,7 +117,7 @@ class CompiledModel:
         return {
             "model": str(self.source), "name": self.core.source.name, "target": self.target,
             "rip": self.rip, "stripped_edges": list(self.core.stripped),
-            "input": _tensor_json(self.core.input), "output": _tensor_json(self.core.output),
+            "input": self.core.input.to_json(), "output": self.core.output.to_json(),
             "schedule": {"method": self.schedule.method, "peak_bytes": self.schedule.peak_bytes,
                          "optimal": self.schedule.optimal,
                          "lower_bound_bytes": self.schedule.lower_bound_bytes,

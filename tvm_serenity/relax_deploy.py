@@ -40,25 +40,6 @@ REPORT_FILE = "relax.json"
 INPUTS_FILE = "input.npz"
 
 
-def _tensor_json(t) -> dict:
-    return {"name": t.name, "shape": list(t.shape), "dtype": t.dtype,
-            "scale": t.quant.scalar_scale if t.quant else None,
-            "zero_point": t.quant.scalar_zero_point if t.quant else None}
-
-
-def _random_inputs(model, seed: int) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in model.inputs:
-        t = model.tensors[i]
-        if t.dtype == "float32":
-            out.append(rng.uniform(-1, 1, t.shape).astype(np.float32))
-        else:
-            info = np.iinfo(t.dtype)
-            out.append(rng.integers(info.min, info.max + 1, t.shape).astype(t.dtype))
-    return out
-
-
 @dataclass(frozen=True)
 class RelaxBuild:
     """What :func:`compile_relax` produced (also in ``out_dir``)."""
@@ -114,6 +95,7 @@ def compile_relax(path: str | os.PathLike, out_dir: str | os.PathLike = "serenit
     import tvm
 
     from . import passes
+    from .frontend.interpreters import model_inputs
     from .frontend.relax_import import from_tflite
     from .frontend.tflite_model import load_tflite
 
@@ -130,12 +112,12 @@ def compile_relax(path: str | os.PathLike, out_dir: str | os.PathLike = "serenit
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     executable.export_library(str(out / LIBRARY_FILE))
-    inputs = _random_inputs(model, seed)
+    inputs = model_inputs(model, np.random.default_rng(seed))
     np.savez(out / INPUTS_FILE, **{f"input{k}": x for k, x in enumerate(inputs)})
     report = {"model": str(source), "name": source.stem, "target": "llvm",
               "bindings": len(mod["main"].body.blocks[0].bindings),
-              "inputs": [_tensor_json(model.tensors[i]) for i in model.inputs],
-              "outputs": [_tensor_json(model.tensors[i]) for i in model.outputs],
+              "inputs": [model.tensors[i].to_json() for i in model.inputs],
+              "outputs": [model.tensors[i].to_json() for i in model.outputs],
               "options": {"method": method, "planner": planner, "rewrite": rewrite,
                           "time_limit": time_limit},
               "passes": passes.pipeline_report(lowered)}

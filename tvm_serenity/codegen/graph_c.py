@@ -773,16 +773,20 @@ class _Emitter:
         return kernel, "rip" if in_place else "dual", \
             _call(kernel, [x_ptr, self.output(node)])
 
-    def relu(self, node, op, in_place, x_ptr: str | None = None):
-        """RELU (TFLM ``ReluQuantized``) and RELU6 (``Relu6Quantized``: a clamp) over the
-        node's ``bytes`` elements; ``x_ptr`` overrides where the input is read (a pushed-down
-        copy reads one branch of the concat its operator read)."""
+    def unary_operand(self, op, x_ptr: str | None):
+        """(where the input is read, its (scale, zero point), the output's) of a one-input
+        operator; ``x_ptr`` overrides the place (a pushed-down copy reads one branch)."""
         if x_ptr is None:
             x, x_ptr = self.activation(op, 0)
         else:
             x = self.core.tensors[op.inputs[0]]
-        out = self.core.tensors[op.outputs[0]]
-        (si, zi), (so, zo) = self.scale_zp(x), self.scale_zp(out)
+        return x_ptr, self.scale_zp(x), self.scale_zp(self.core.tensors[op.outputs[0]])
+
+    def relu(self, node, op, in_place, x_ptr: str | None = None):
+        """RELU (TFLM ``ReluQuantized``) and RELU6 (``Relu6Quantized``: a clamp) over the
+        node's ``bytes`` elements; ``x_ptr`` overrides where the input is read (a pushed-down
+        copy reads one branch of the concat its operator read)."""
+        x_ptr, (si, zi), (so, zo) = self.unary_operand(op, x_ptr)
         name = _c_name(node.name)
         if op.op == "RELU6":
             low, high = (int(v) for v in relu6_int8(np.array([-128, 127]), si, zi))
@@ -840,9 +844,8 @@ class _Emitter:
         if (const.data is not None and act.size == out.size
                 and np.all(const.data == const.data.reshape(-1)[0])):
             _, act_ptr = self.activation(op, k)
-            v = np.arange(-128, 128, dtype=np.int8)
             c = np.full(256, const.data.reshape(-1)[0], dtype=np.int8)
-            table = reference(v, c) if const is b else reference(c, v)
+            table = ref.table_of(lambda v: reference(v, c) if const is b else reference(c, v))
             kernel = self.op_kernel(lookup_kernel(
                 name, out.size, f"{op.op} int8 by the constant {int(c[0])}"))
             args = [act_ptr, self.output(node), self.const(f"{name}_table", "int8", table)]
@@ -854,21 +857,17 @@ class _Emitter:
 
     def lookup(self, node, op, in_place, x_ptr: str | None = None):
         """HARD_SWISH and LOGISTIC: ``table[x + 128]`` over the node's ``bytes`` elements, the
-        table computed with the reference kernel for all 256 inputs (as
-        :func:`~tvm_serenity.frontend.relax_import.table_of`); ``x_ptr`` as for :meth:`relu`."""
-        if x_ptr is None:
-            x, x_ptr = self.activation(op, 0)
-        else:
-            x = self.core.tensors[op.inputs[0]]
-        out = self.core.tensors[op.outputs[0]]
-        (si, zi), (so, zo) = self.scale_zp(x), self.scale_zp(out)
-        v = np.arange(-128, 128, dtype=np.int8)
+        table computed with the reference kernel for all 256 inputs
+        (:func:`~tvm_serenity.frontend.reference.table_of`); ``x_ptr`` as for :meth:`relu`."""
+        x_ptr, (si, zi), (so, zo) = self.unary_operand(op, x_ptr)
         if op.op == "HARD_SWISH":
-            table = ref.hard_swish_int8(v, ref.hard_swish_params(si, zi, so, zo))
+            params = ref.hard_swish_params(si, zi, so, zo)
+            table = ref.table_of(lambda v: ref.hard_swish_int8(v, params))
         else:
             if zo != ref.INT8_MIN:
                 raise self.unsupported(op, "int8 LOGISTIC needs output zero point -128")
-            table = ref.logistic_int8(v, ref.logistic_params(si, zi))
+            params = ref.logistic_params(si, zi)
+            table = ref.table_of(lambda v: ref.logistic_int8(v, params))
         name = _c_name(node.name)
         kernel = self.op_kernel(lookup_kernel(name, node.bytes, f"{op.op} int8"))
         args = [x_ptr, self.output(node), self.const(f"{name}_table", "int8", table)]
@@ -877,7 +876,7 @@ class _Emitter:
     def softmax(self, node, op, in_place):
         """TFLM's int8 SOFTMAX over the last axis (``reference.softmax_int8``): the
         exponentials of the 256 possible differences to the row maximum and their terms of
-        the sum as tables (computed here as ``relax_import.softmax_int8`` does), the per-row
+        the sum as tables (:func:`~tvm_serenity.frontend.reference.softmax_tables`), the per-row
         reciprocal and rounding in 32-bit C (:func:`.ops.softmax_kernel`)."""
         x, x_ptr = self.activation(op, 0)
         out = self.core.tensors[op.outputs[0]]

@@ -53,7 +53,7 @@ __all__ = [
     # parameters and kernels
     "Requant", "ConvParams", "AddParams", "PoolParams", "HardSwishParams", "LogisticParams",
     "SoftmaxParams", "conv_requant", "add_params", "mul_requant", "hard_swish_params",
-    "logistic_params", "softmax_params", "softmax_tables",
+    "logistic_params", "softmax_params", "softmax_tables", "table_of",
     "quantize", "dequantize", "requantize_int8", "conv2d_int8", "depthwise_conv2d_int8",
     "fully_connected_int8", "add_int8", "mul_int8", "mean_int8", "average_pool_int8",
     "max_pool_int8", "pad", "resize_nearest_neighbor", "hard_swish_int8", "logistic_int8",
@@ -760,6 +760,13 @@ def softmax_params(beta: float, input_scale: float) -> SoftmaxParams:
                              "TFLite rejects this quantization")
     m, s = quantize_multiplier(real)
     return SoftmaxParams(m, s, -_input_radius(5, s))
+
+
+def table_of(kernel) -> np.ndarray:
+    """The 256 values of an elementwise int8 kernel (``kernel(int8 array) -> array``) for the
+    inputs -128..127: ``table[x + 128]`` is its output at ``x``; how the importer and the C
+    emitter run HARD_SWISH, LOGISTIC, RELU, int8 QUANTIZE, ..."""
+    return np.asarray(kernel(np.arange(-128, 128, dtype=np.int8)), dtype=np.int8)
 
 
 def softmax_tables(params: SoftmaxParams) -> tuple[np.ndarray, np.ndarray, int]:

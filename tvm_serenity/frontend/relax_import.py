@@ -58,6 +58,7 @@ from tvm.script import relax as R
 
 from ..graph import unique_name
 from . import reference as ref
+from .reference import table_of
 from .tflite_model import Operator, TFLiteModel, check_operators, load_tflite
 from .to_graph import GRAPH_OPS
 
@@ -148,11 +149,6 @@ def lookup_table(x: relax.Expr, table: np.ndarray) -> relax.Expr:
     (``table[i]`` is the value at ``i - 128``)."""
     return R.take(relax.const(np.asarray(table, dtype=np.int8), "int8"),
                   R.add(R.astype(x, "int32"), relax.const(128, "int32")), axis=0, mode="clip")
-
-
-def table_of(kernel: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-    """The 256-entry table (for :func:`lookup_table`) of an elementwise int8 reference kernel."""
-    return np.asarray(kernel(np.arange(-128, 128, dtype=np.int8)), dtype=np.int8)
 
 
 # ================================================================ kernels (Relax expressions)

@@ -132,6 +132,13 @@ class Tensor:
     def nbytes(self) -> int:
         return self.size * self.itemsize
 
+    def to_json(self) -> dict:
+        """Name, shape, dtype, bytes and the per-tensor quantization (None when unquantized)."""
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype,
+                "bytes": self.nbytes,
+                "scale": self.quant.scalar_scale if self.quant else None,
+                "zero_point": self.quant.scalar_zero_point if self.quant else None}
+
 
 @dataclass(frozen=True)
 class Operator:

@@ -161,7 +161,8 @@ class _Kernels:
     """What the rewrite needs to know about the kernels called in one block."""
 
     calls: dict[str, tuple] = field(default_factory=dict)       # node -> (kname, func, args)
-    convs: dict[str, tuple[dict, dict]] = field(default_factory=dict)  # node -> (spec, consts)
+    # node -> (spec, constants, (epilogue function, its parameters' indices) for a conv2d)
+    convs: dict[str, tuple[dict, dict, tuple | None]] = field(default_factory=dict)
     tables: dict[str, np.ndarray] = field(default_factory=dict)
 
 
@@ -179,13 +180,13 @@ def _convolves(func: relax.Function, args) -> bool:
     return False
 
 
-def _conv_reason(func, spec, consts) -> str | None:
+def _conv_reason(spec, consts, epilogue) -> str | None:
     """Why a kernel containing a ``conv2d`` cannot be partitioned (None: it can)."""
     if spec is None:
         return "not an integer convolution kernel this pass can read"
     if consts is None:
         return "its constants are not constants or are out of range"
-    if spec["op"] == "conv2d" and _epilogue(func) is None:
+    if spec["op"] == "conv2d" and epilogue is None:
         return "it does not end in a separable requantization"
     return None
 
@@ -209,21 +210,22 @@ def _annotated(graph: Graph, bg, mod, report: RewriteReport, where: str
             continue
         kname, func, args = call
         kernels.calls[node.name] = call
-        if _concat_axis(func) is not None:
+        if (axis := _concat_axis(func)) is not None:
             concats.add(node.name)
             sources = [name_of[a] for a in args if isinstance(a, relax.Var) and a in name_of]
             if len(sources) == len(args) and len(set(sources)) == len(sources):
                 node = replace(node, op="concatenation", inputs=tuple(sources),
-                               attrs={**node.attrs, "axis": _concat_axis(func)})
+                               attrs={**node.attrs, "axis": axis})
             else:
                 problems[node.name] = f"concat '{kname}' reads a constant or one tensor twice"
         elif _convolves(func, args):
             convs[node.name] = name_of.get(args[0]) if isinstance(args[0], relax.Var) else None
             spec = conv_kernel_spec(func)
             consts = conv_kernel_constants(spec, args) if spec is not None else None
-            reason = _conv_reason(func, spec, consts)
+            epilogue = _epilogue(func) if spec is not None and spec["op"] == "conv2d" else None
+            reason = _conv_reason(spec, consts, epilogue)
             if reason is None:
-                kernels.convs[node.name] = (spec, consts)
+                kernels.convs[node.name] = (spec, consts, epilogue)
                 node = replace(node, op=spec["op"], attrs={**node.attrs, "groups": 1}
                                if spec["op"] == "conv2d" else dict(node.attrs))
             else:
@@ -313,15 +315,13 @@ class _Replay:
         return relax.VarBinding(self.new_var(node, self._ty(node)), relax.Call(gvar, args))
 
     def _conv(self, origin):
-        kname, func, args = self.kernels.calls[origin["of"]]
-        spec, consts = self.kernels.convs[origin["of"]]
-        return kname, func, args, spec, consts
+        kname, _, args = self.kernels.calls[origin["of"]]
+        return (kname, args, *self.kernels.convs[origin["of"]])
 
     def channel(self, node, origin) -> relax.Binding:
-        kname, func, args, spec, consts = self._conv(origin)
+        kname, args, spec, consts, (epilogue, indices) = self._conv(origin)
         ty = self._ty(node)
         if origin["role"] == "requantize":
-            epilogue, indices = _epilogue(func)
             gvar = self.bb.add_func(epilogue, f"{kname}_requantize")
             return relax.VarBinding(self.new_var(node, ty),
                                     relax.Call(gvar, [self.var[node.inputs[0]],
@@ -344,7 +344,7 @@ class _Replay:
         return relax.VarBinding(self.new_var(node, ty), value)
 
     def kernel(self, node, origin) -> relax.Binding:
-        kname, func, args, spec, consts = self._conv(origin)
+        kname, _, spec, consts, _ = self._conv(origin)
         ty = self._ty(node)
         lo, hi = origin["out_channels"]
         tables = [relax.const(np.ascontiguousarray(consts["weight"][:, :, :, lo:hi])),
