@@ -105,7 +105,7 @@ def test_compile_errors_are_one_line(tmp_path, case, message):
 
 def test_run_and_report_errors(tmp_path, capsys):
     assert main(["run", str(tmp_path)]) == 2
-    assert "not a compiled model directory" in capsys.readouterr().err
+    assert "is not a tvm-serenity build" in capsys.readouterr().err
     assert main(["report", str(tmp_path)]) == 2
 
 

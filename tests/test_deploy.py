@@ -136,7 +136,7 @@ def test_bad_target_and_input(tmp_path):
         compile_tflite(path, "esp32", tmp_path / "out")
     with pytest.raises(SerenityError, match="the input has 3 bytes, the model takes 75"):
         compile_tflite(path, "host", tmp_path / "out", input=b"abc", build=False)
-    with pytest.raises(SerenityError, match="not a compiled model directory"):
+    with pytest.raises(SerenityError, match="not a build directory"):
         run(tmp_path / "nowhere")
 
 
@@ -236,7 +236,8 @@ def test_model_that_does_not_fit_is_refused_with_numbers(tmp_path):
     path = _write(tmp_path, "big", b.build([x], [y]))
     with pytest.raises(SerenityError, match="does not fit") as refusal:
         compile_tflite(path, "pico", tmp_path / "out")
-    arena = load_plan(tmp_path / "out")["arena_bytes"]
+    arena = refusal.value.plan.arena_bytes
+    assert not (tmp_path / "out").exists()          # a refused build leaves nothing
     assert arena >= 360_000 and f"arena {arena:,} B" in str(refusal.value)
     assert "over by" in str(refusal.value)
 

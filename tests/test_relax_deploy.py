@@ -2,6 +2,7 @@
 library, run on the Relax VM and checked against the reference interpreter."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -57,24 +58,23 @@ def test_run_rejects_bad_inputs_and_directories(build, tmp_path):
     with pytest.raises(SerenityError, match=r"the input has 3 bytes, input '\w+' takes 256 "
                                             r"\(int8 \[1, 8, 8, 4\]\)"):
         run_relax(b.out_dir, b"abc")
-    with pytest.raises(SerenityError, match="is not a Relax build"):
+    with pytest.raises(SerenityError, match="is not a tvm-serenity build"):
         run_relax(tmp_path)
 
 
-def test_check_catches_a_different_model(build, tmp_path):
-    """The check compares with the reference of the model the report names: point it at a
-    model with other weights (same shapes) and the run must fail."""
-    _, b = build
-    other = concat_cell(tmp_path, branches=4, seed=1)
-    copy = tmp_path / "copy"
-    copy.mkdir()
-    for name in (LIBRARY_FILE, INPUTS_FILE):
-        (copy / name).write_bytes((b.out_dir / name).read_bytes())
-    (copy / REPORT_FILE).write_text(json.dumps({**b.report, "model": str(other)}))
-    with pytest.raises(SerenityError, match="output 0 of the Relax VM differs from the "
-                                            "reference interpreter"):
-        run_relax(copy)
-    assert not run_relax(copy, check=False).checked
+def test_check_refuses_a_model_changed_since_the_build(build, tmp_path):
+    """The check compares with the reference of the model the build was compiled from: once
+    that file holds other weights (same shapes), a checked run is refused, not misjudged."""
+    path, b = build
+    model = tmp_path / "cell.tflite"
+    model.write_bytes(path.read_bytes())
+    built = compile_relax(model, tmp_path / "out")
+    assert run_relax(built.out_dir).checked
+    (tmp_path / "other").mkdir()
+    model.write_bytes(concat_cell(tmp_path / "other", branches=4, seed=1).read_bytes())
+    with pytest.raises(SerenityError, match="was compiled from is gone or changed since"):
+        run_relax(built.out_dir)
+    assert not run_relax(built.out_dir, check=False).checked
 
 
 # ------------------------------------------------------------------ the command line
@@ -119,12 +119,24 @@ def test_report_plots_what_the_passes_decided(build):
     assert f"{arena['static_plan_bytes']:,} B" in page and "identity rewrites kept" in page
 
 
-def test_corrupt_build_files_are_named(build, tmp_path):
-    from tvm_serenity.deploy import load_plan
-    (tmp_path / "relax.json").write_text('{"model": ')
-    with pytest.raises(SerenityError, match=r"relax.json' is corrupt: Expecting value at line 1"):
-        run_relax(tmp_path)
-    (tmp_path / "plan.json").write_text("[1, 2]")
-    with pytest.raises(SerenityError, match="plan.json' is corrupt: expected a JSON object, "
-                                            "found list"):
-        load_plan(tmp_path)
+def test_edited_or_foreign_build_files_are_refused(build, tmp_path):
+    """A build whose files changed after compile (here relax.json, then the library cut
+    short, which would crash the process when loaded) is refused naming the file; a
+    directory holding the same file names without our marker is no build at all."""
+    _, b = build
+    copy = tmp_path / "copy"
+    shutil.copytree(b.out_dir, copy)
+    (copy / REPORT_FILE).write_text('{"model": ')
+    with pytest.raises(SerenityError, match="'relax.json' was changed"):
+        run_relax(copy)
+    shutil.rmtree(copy)
+    shutil.copytree(b.out_dir, copy)
+    lib = copy / LIBRARY_FILE
+    lib.write_bytes(lib.read_bytes()[:4096])
+    with pytest.raises(SerenityError, match="'model.so' was changed"):
+        run_relax(copy)
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / REPORT_FILE).write_text("{}")
+    with pytest.raises(SerenityError, match="is not a tvm-serenity build"):
+        run_relax(foreign)

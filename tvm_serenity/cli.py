@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 from pathlib import Path
 
 from . import __version__
+from .builddir import absolute
 from .errors import SerenityError
 from .graph import Graph
 from .memory import simulate
@@ -22,6 +25,13 @@ ALL_METHODS_TIME_LIMIT = 10.0   # seconds per method for `schedule --method all`
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one clear line instead of usage + message
         raise SerenityError(f"{self.prog}: {message} (see --help)")
+
+
+def one_line(message: str) -> str:
+    """``message`` as one printable line: control characters (newlines, ANSI escapes) and
+    unpaired surrogates from names in the input are shown escaped, not obeyed."""
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
 
 
 def _kib(n: int) -> str:
@@ -147,22 +157,39 @@ def _add_compile(sub) -> None:
                         "where it lowers the scheduler's peak (bit-exact; default: off)")
     p.add_argument("--time-limit", type=float, default=30.0, metavar="SEC",
                    help="bound for the scheduler and the arena solver, each (default: 30)")
+    p.add_argument("--force", action="store_true",
+                   help="replace OUT even when it holds an earlier build whose files were "
+                        "edited (never a directory that is not a tvm-serenity build)")
     p.add_argument("--json", action="store_true", help="print plan.json instead of a summary")
     p.set_defaults(func=_cmd_compile)
 
 
-def _cmd_compile(args) -> int:
-    from . import deploy
-    model = Path(args.model)
+def _model_file(path: str) -> Path:
+    """The model file the user named, refused in one line when it is not a readable file."""
+    model = Path(path)
     if model.suffix.lower() == ".onnx":
         raise SerenityError(f"'{model}': ONNX models are not supported by the MCU path yet; "
                             "convert to an int8 .tflite")
-    if not model.is_file():
+    if not os.path.lexists(model):
         raise SerenityError(f"model file '{model}' does not exist")
+    if model.is_dir():
+        raise SerenityError(f"model '{model}' is a directory, not a .tflite file")
+    if not model.is_file():
+        raise SerenityError(f"model '{model}' is not a regular file (a .tflite file is needed)")
+    if not os.access(model, os.R_OK):
+        raise SerenityError(f"model file '{model}' is not readable")
+    return model
+
+
+def _cmd_compile(args) -> int:
+    from . import deploy
+    model = _model_file(args.model)
+    _check_seconds("--time-limit", args.time_limit)
     if args.target == LLVM_TARGET:
         from .relax_deploy import REPORT_FILE, compile_relax
         built = compile_relax(model, args.output, method=args.schedule, planner=args.planner,
-                              rewrite=args.rewrite, time_limit=args.time_limit)
+                              rewrite=args.rewrite, time_limit=args.time_limit,
+                              force=args.force)
         from .report import write_relax_report
         report = write_relax_report(args.output)
         if args.json:
@@ -170,19 +197,30 @@ def _cmd_compile(args) -> int:
         else:
             print(built.summary())
             print(f"decisions: {Path(args.output) / REPORT_FILE}")
-            print(f"report: {report.html}")
+            print(f"report: {_shown(args.output, report.html)}")
         return 0
     compiled = deploy.compile_tflite(model, args.target, args.output, schedule=args.schedule,
                                      planner=args.planner, rip=args.rip,
-                                     rewrite=args.rewrite, time_limit=args.time_limit)
+                                     rewrite=args.rewrite, time_limit=args.time_limit,
+                                     force=args.force)
     from .report import write_compiled_report
     report = write_compiled_report(args.output)
     if args.json:
         print(json.dumps(compiled.plan_json()))
     else:
         print(compiled.summary())
-        print(f"report: {report.html}")
+        print(f"report: {_shown(args.output, report.html)}")
     return 0
+
+
+def _shown(out: str, path: Path) -> Path:
+    """``path`` (inside the build ``out``) as the user named ``out``: relative stays relative."""
+    return Path(out) / path.relative_to(absolute(out))
+
+
+def _check_seconds(flag: str, value: float | None) -> None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise SerenityError(f"{flag} must be a positive number of seconds, got {value}")
 
 
 def _add_run(sub) -> None:
@@ -210,6 +248,7 @@ def _add_run(sub) -> None:
 def _cmd_run(args) -> int:
     from . import deploy
     from .relax_deploy import is_relax_build, run_relax
+    _check_seconds("--timeout", args.timeout)
     data = None
     if args.input:
         try:
@@ -252,10 +291,8 @@ def _add_report(sub) -> None:
 def _cmd_report(args) -> int:
     from .relax_deploy import is_relax_build
     from .report import write_compiled_report, write_relax_report
-    if is_relax_build(args.output):
-        print(write_relax_report(args.output).html)
-        return 0
-    print(write_compiled_report(args.output).html)
+    write = write_relax_report if is_relax_build(args.output) else write_compiled_report
+    print(_shown(args.output, write(args.output).html))
     return 0
 
 
@@ -269,12 +306,15 @@ def _add_demo(sub) -> None:
 
 
 def _cmd_demo(args) -> int:
-    from .demo import format_demo, run_demo
+    from .demo import demo_failure, format_demo, run_demo
     print("tvm-serenity demo: a two-branch int8 CNN (48x48x8 input) for the Raspberry Pi Pico "
-          "(RP2040, 264 KiB SRAM), run on rp2040js")
+          "(RP2040, 264 KiB SRAM), run on rp2040js", flush=True)
     rows = run_demo(args.output, emulate=args.emulate)
-    print(format_demo(rows))
-    print(f"artefacts and report: {Path(args.output) / 'serenity'}")
+    print(format_demo(rows), flush=True)
+    failure = demo_failure(rows)
+    if failure:
+        raise SerenityError(f"demo failed: {failure}")
+    print(f"artefacts: {Path(args.output) / 'serenity'}")
     return 0
 
 
@@ -296,7 +336,7 @@ def main(argv=None) -> int:
         args = build_parser().parse_args(argv)
         return args.func(args)
     except SerenityError as e:
-        msg = str(e)
+        msg = one_line(str(e))
         print(msg if msg.startswith("tvm-serenity") else f"tvm-serenity: error: {msg}",
               file=sys.stderr)
         return EXIT_USAGE

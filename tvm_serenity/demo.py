@@ -23,9 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
+from .builddir import absolute, new_build
 from .errors import SerenityError
 
-__all__ = ["demo_model_bytes", "DemoRow", "run_demo", "format_demo"]
+__all__ = ["demo_model_bytes", "DemoRow", "run_demo", "demo_failure", "format_demo"]
 
 PICO_SRAM_BYTES = 264 * 1024
 
@@ -91,48 +92,77 @@ def demo_model_bytes(seed: int = 0) -> bytes:
 @dataclass(frozen=True)
 class DemoRow:
     label: str
-    liveness_peak_bytes: int
-    arena_bytes: int
+    liveness_peak_bytes: int | None   # None: the build failed before planning
+    arena_bytes: int | None
     sram_bytes: int | None        # arena + scratch + stack + other RAM, as the fit check counts
-    fits: bool
+    fits: bool | None             # None: the build failed for another reason (see ``failed``)
     cycles: int | None            # rp2040js emulated cycles of model_run (None: not run)
     output_ok: bool | None        # output == reference interpreter (None: not run)
-    note: str = ""
+    note: str = ""                # why it does not fit, or why it failed
+    failed: bool = False          # the build or run failed (not a fit refusal)
 
 
 def _build_and_run(model: Path, out: Path, label: str, emulate: bool, **options) -> DemoRow:
-    from . import deploy
+    from . import deploy, micro
     try:
         compiled = deploy.compile_tflite(model, "pico", out, **options)
-    except SerenityError as e:      # the fit check refuses it, with the numbers
-        plan = deploy.load_plan(out)
-        return DemoRow(label, plan["liveness_peak_bytes"], plan["arena_bytes"], None, False,
-                       None, None, str(e))
+    except micro.DoesNotFitError as e:      # the fit check refuses it, with the numbers
+        plan = getattr(e, "plan", None)
+        return DemoRow(label, plan and plan.liveness_peak_bytes, plan and plan.arena_bytes,
+                       None, False, None, None, str(e))
+    except SerenityError as e:
+        return DemoRow(label, None, None, None, None, None, None, f"build failed: {e}",
+                       failed=True)
     fit = compiled.fit
     row = dict(label=label, liveness_peak_bytes=compiled.plan.liveness_peak_bytes,
                arena_bytes=compiled.arena_bytes, sram_bytes=fit.total_bytes, fits=True)
     if not emulate:
         return DemoRow(**row, cycles=None, output_ok=None)
-    result = deploy.run(out, emulate=True, check=False)
+    try:
+        result = deploy.run(out, emulate=True, check=False)
+    except SerenityError as e:
+        return DemoRow(**row, cycles=None, output_ok=None, note=f"run failed: {e}",
+                       failed=True)
     ok = result.output == deploy.reference_output(model, (out / deploy.INPUT_FILE).read_bytes())
     return DemoRow(**row, cycles=result.cycles, output_ok=ok)
 
 
+MODEL_FILE = "demo.tflite"
+BUILDS = ("baseline", "serenity")
+
+
 def run_demo(out_dir: str | Path = "serenity_demo", emulate: bool = True,
              time_limit: float = 30.0) -> list[DemoRow]:
-    """Compile the demo model for ``pico`` both ways, run what fits, return the rows."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    model = out / "demo.tflite"
-    model.write_bytes(demo_model_bytes())
+    """Compile the demo model for ``pico`` both ways, run what fits, return the rows.
+    ``out_dir`` is a build directory of ours (:mod:`tvm_serenity.builddir`): the model, then
+    one compiled build per row."""
+    out = absolute(out_dir)
+    with new_build(out_dir, "demo", derived=BUILDS) as tmp:
+        (tmp / MODEL_FILE).write_bytes(demo_model_bytes())
+    model = out / MODEL_FILE
+    baseline, ours = BUILDS
     return [
-        _build_and_run(model, out / "baseline", "TFLite order + TFLM greedy arena, dual buffer",
+        _build_and_run(model, out / baseline, "TFLite order + TFLM greedy arena, dual buffer",
                        emulate, schedule="stored", planner="greedy", rip=False,
                        time_limit=time_limit),
-        _build_and_run(model, out / "serenity", "tvm-serenity: DP order + RiP + optimal arena",
+        _build_and_run(model, out / ours, "tvm-serenity: DP order + RiP + optimal arena",
                        emulate, schedule="serenity", planner="optimal", rip=True,
                        time_limit=time_limit),
     ]
+
+
+def demo_failure(rows: list[DemoRow]) -> str | None:
+    """Why the demo did not deliver what it promises (every build built or refused for its
+    size, ours fitting and bit-exact when run), or None."""
+    for r in rows:
+        if r.failed:
+            return f"{r.label}: {r.note}"
+    ours = rows[-1]
+    if not ours.fits:
+        return f"{ours.label}: {ours.note}"
+    if ours.output_ok is False:
+        return f"{ours.label}: the output differs from the reference interpreter"
+    return None
 
 
 def format_demo(rows: list[DemoRow]) -> str:
@@ -143,13 +173,16 @@ def format_demo(rows: list[DemoRow]) -> str:
     for r in rows:
         cycles = "-" if r.cycles is None else f"{r.cycles:,}"
         exact = "-" if r.output_ok is None else ("yes" if r.output_ok else "NO")
+        fits = "failed" if r.failed and r.fits is None else \
+            ("yes" if r.fits else "no")
         lines.append(f"{r.label:<48}{kib(r.liveness_peak_bytes):>10}{kib(r.arena_bytes):>11}"
-                     f"{kib(r.sram_bytes):>10}{cycles:>14}{'yes' if r.fits else 'no':>14}"
-                     f"{exact:>11}")
+                     f"{kib(r.sram_bytes):>10}{cycles:>14}{fits:>14}{exact:>11}")
     for r in rows:
         if r.note:
             lines.append(f"{r.label}: {r.note}")
     base, ours = rows[0], rows[-1]
-    lines.append(f"peak reduction: {base.liveness_peak_bytes / ours.liveness_peak_bytes:.2f}x, "
-                 f"arena reduction: {base.arena_bytes / ours.arena_bytes:.2f}x")
+    if base.liveness_peak_bytes and ours.liveness_peak_bytes:
+        lines.append(f"peak reduction: "
+                     f"{base.liveness_peak_bytes / ours.liveness_peak_bytes:.2f}x, arena "
+                     f"reduction: {base.arena_bytes / ours.arena_bytes:.2f}x")
     return "\n".join(lines)

@@ -54,7 +54,9 @@ from .alloc import ArenaPlan, plan_arena
 from .codegen.graph_c import (EmittedModel, IntegerCore, concat_is_copy, emit_model,
                               integer_core)
 from .errors import SerenityError
-from .files import read_json
+from .builddir import (absolute, checked_model, new_build, refresh_marker, sha256_of,
+                       verify_build, write_bytes)
+from .files import check_fields, read_json
 from .frontend import Interpreter, load_tflite, tflite_to_graph
 from .frontend.tflite_model import TFLiteModel
 from .graph import Graph
@@ -73,6 +75,10 @@ SOURCE_GRAPH_FILE = "graph_source.json"     # the graph before identity rewritin
 MODEL_DIR = "model"
 PROJECT_DIR = "project"
 INPUT_FILE = "input.bin"
+KIND = "mcu"                                # the build kind in the directory's marker
+# regenerated from the rest, so neither hashed nor checked: objects and images (rebuilt by
+# every run), the report
+DERIVED = (f"{PROJECT_DIR}/build", f"{PROJECT_DIR}/pico_sdk/build", "report")
 
 
 @dataclass(frozen=True)
@@ -212,7 +218,8 @@ def compile_tflite(path: str | os.PathLike, target: str = "pico",
                    planner: str = "optimal", rip: bool = True, rewrite: bool = False,
                    time_limit: float | None = DEFAULT_TIME_LIMIT, input=None, seed: int = 0,
                    opt_level: str | None = "O2", build: bool = True,
-                   stack_reserve: int = micro.DEFAULT_STACK_RESERVE) -> CompiledModel:
+                   stack_reserve: int = micro.DEFAULT_STACK_RESERVE,
+                   force: bool = False) -> CompiledModel:
     """Compile the TFLite int8 model at ``path`` for ``target`` (``"pico"``, ``"pico2"`` or
     ``"host"``) into ``out_dir`` (see the module docstring).
 
@@ -224,48 +231,77 @@ def compile_tflite(path: str | os.PathLike, target: str = "pico",
     an int8 array; default: ``seed``-random bytes). ``build=False`` only generates the sources;
     otherwise the firmware is built and, for the Pico boards, a model that does not fit SRAM
     is refused with :class:`~tvm_serenity.errors.SerenityError` naming every part.
+
+    ``out_dir`` is written atomically and only when it is new, empty or an intact earlier
+    build (``force=True`` also replaces an edited one; :mod:`tvm_serenity.builddir`); on any
+    error it is left as it was.
     """
     if target not in TARGETS:
         raise SerenityError(f"unknown target '{target}' (choose from {', '.join(TARGETS)})")
-    source = Path(path).resolve()
-    core = integer_core(load_tflite(source))
-    graph = tflite_to_graph(core.model, fold_pad=True, name=core.source.name)
-    source_graph, rewritten = None, None
-    if rewrite:
-        rewritten = _rewrite(graph, core.model, rip, schedule, time_limit)
-        source_graph, graph = graph, rewritten.graph
-        order = rewritten.schedule          # the scheduler's order for the rewritten graph
-    else:
-        order = schedule_graph(graph, schedule, inplace=rip, time_limit=time_limit)
-    plan = plan_arena(graph, order.order, planner, 1, rip, time_limit)
-    emitted = emit_model(core, graph, plan, opt_level=opt_level, name=core.source.name,
-                         source_graph=source_graph)
-    out = Path(out_dir)
-    emitted.write(out / MODEL_DIR)
-    data = _random_input(emitted.input_bytes, seed) if input is None else \
-        _input_bytes(input, emitted.input_bytes)
-    (out / INPUT_FILE).write_bytes(data)
-    micro.generate_project(out / PROJECT_DIR, out / MODEL_DIR, target, emulate=True,
-                           input_data=data, stack_reserve=stack_reserve)
-    compiled = CompiledModel(out, source, target, rip, core, graph, order, plan, emitted, None,
-                             rewritten, source_graph)
-    graph.save(out / GRAPH_FILE)
-    if source_graph is not None:
-        source_graph.save(out / SOURCE_GRAPH_FILE)
-    (out / PLAN_FILE).write_text(json.dumps(compiled.plan_json(), indent=1) + "\n")
-    if not build:
-        return compiled
-    firmware = micro.build(out / PROJECT_DIR)      # raises with the numbers if it does not fit
-    compiled = dataclasses.replace(compiled, firmware=firmware)
-    (out / PLAN_FILE).write_text(json.dumps(compiled.plan_json(), indent=1) + "\n")
+    source = absolute(path)
+    out = absolute(out_dir)
+    marker = {"model": str(source)}
+    with new_build(out_dir, KIND, force=force, derived=DERIVED, extra=marker) as tmp:
+        model = load_tflite(source)
+        marker["model_sha256"] = sha256_of(source)
+        core = integer_core(model)
+        graph = tflite_to_graph(core.model, fold_pad=True, name=core.source.name)
+        source_graph, rewritten = None, None
+        if rewrite:
+            rewritten = _rewrite(graph, core.model, rip, schedule, time_limit)
+            source_graph, graph = graph, rewritten.graph
+            order = rewritten.schedule          # the scheduler's order for the rewritten graph
+        else:
+            order = schedule_graph(graph, schedule, inplace=rip, time_limit=time_limit)
+        plan = plan_arena(graph, order.order, planner, 1, rip, time_limit)
+        emitted = emit_model(core, graph, plan, opt_level=opt_level, name=core.source.name,
+                             source_graph=source_graph)
+        emitted.write(tmp / MODEL_DIR)
+        data = _random_input(emitted.input_bytes, seed) if input is None else \
+            _input_bytes(input, emitted.input_bytes)
+        (tmp / INPUT_FILE).write_bytes(data)
+        micro.generate_project(tmp / PROJECT_DIR, tmp / MODEL_DIR, target, emulate=True,
+                               input_data=data, stack_reserve=stack_reserve)
+        compiled = CompiledModel(out, source, target, rip, core, graph, order, plan, emitted,
+                                 None, rewritten, source_graph)
+        graph.save(tmp / GRAPH_FILE)
+        if source_graph is not None:
+            source_graph.save(tmp / SOURCE_GRAPH_FILE)
+        if build:
+            try:
+                firmware = micro.build(tmp / PROJECT_DIR)
+            except micro.DoesNotFitError as e:      # itemised; callers may want the plan
+                e.plan = plan
+                raise
+            compiled = dataclasses.replace(compiled, firmware=_moved(firmware, tmp, out))
+        (tmp / PLAN_FILE).write_text(json.dumps(compiled.plan_json(), indent=1) + "\n")
     return compiled
 
 
+def _moved(firmware: micro.Firmware, old: Path, new: Path) -> micro.Firmware:
+    """``firmware`` with its paths under ``old`` moved to ``new`` (the build was renamed)."""
+    def move(p):
+        return None if p is None else new / p.relative_to(old)
+    return dataclasses.replace(firmware, elf=move(firmware.elf), bin=move(firmware.bin),
+                               uf2=move(firmware.uf2))
+
+
+# plan.json fields that run and report read, with their JSON types
+_PLAN_FIELDS = {"model": str, "name": str, "target": str, "rip": bool, "input": dict,
+                "output": dict, "schedule": dict, "planner": str, "plan_status": str,
+                "arena_bytes": int, "liveness_peak_bytes": int, "scratch_bytes": int,
+                "inplace_saved_bytes": int, "order": list, "offsets": dict}
+
+
 def load_plan(out_dir: str | os.PathLike) -> dict:
-    """The ``plan.json`` of a directory written by :func:`compile_tflite`."""
-    return read_json(Path(out_dir) / PLAN_FILE,
-                     f"'{out_dir}' is not a compiled model directory (no {PLAN_FILE}); "
-                     "create it with compile_tflite")
+    """The ``plan.json`` of a directory written by :func:`compile_tflite`, after checking that
+    the build is intact (:func:`tvm_serenity.builddir.verify_build`) and the file has the
+    fields run and report read."""
+    verify_build(out_dir, (KIND,))
+    path = absolute(out_dir) / PLAN_FILE
+    plan = read_json(path, f"'{out_dir}' is not a compiled model directory (no {PLAN_FILE}); "
+                           "create it with `tvm-serenity compile`")
+    return check_fields(plan, _PLAN_FIELDS, path)
 
 
 def reference_output(model: str | os.PathLike, input: bytes) -> bytes:
@@ -288,22 +324,24 @@ def run(out_dir: str | os.PathLike, emulate: bool = True, input=None, *, host: b
     :class:`~tvm_serenity.errors.SerenityError` unless the output equals the numpy reference
     interpreter's, byte for byte. ``timeout`` bounds the run (seconds of wall time).
     """
-    out = Path(out_dir)
-    meta = load_plan(out)
+    out = absolute(out_dir)
+    meta = load_plan(out_dir)
+    model = checked_model(out_dir) if check else None
     project = out / PROJECT_DIR
     if input is not None:
         data = _input_bytes(input, meta["input"]["bytes"])
         micro.generate_project(project, out / MODEL_DIR, meta["target"], emulate=True,
                                input_data=data,
                                stack_reserve=micro.load_project(project)["stack_reserve"])
-        (out / INPUT_FILE).write_bytes(data)
+        write_bytes(out / INPUT_FILE, data)
+        refresh_marker(out)
     data = (out / INPUT_FILE).read_bytes()
     if host or meta["target"] == "host":
         result = micro.run_host(micro.build_firmware(project, "host"), timeout=timeout)
     else:
         result = micro.run(project, emulate=emulate, timeout=timeout)
     if check:
-        expected = reference_output(meta["model"], data)
+        expected = reference_output(model, data)
         if result.output != expected:
             first = next(i for i, (a, b) in enumerate(zip(result.output, expected)) if a != b) \
                 if len(result.output) == len(expected) else 0

@@ -9,7 +9,10 @@ from pathlib import Path
 
 from .errors import SerenityError
 
-__all__ = ["read_json"]
+__all__ = ["read_json", "check_fields"]
+
+_JSON_TYPES = {str: "string", bool: "boolean", int: "integer", float: "number", dict: "object",
+               list: "array"}
 
 
 def read_json(path: str | os.PathLike, missing: str) -> dict:
@@ -29,4 +32,15 @@ def read_json(path: str | os.PathLike, missing: str) -> dict:
     if not isinstance(value, dict):
         raise SerenityError(f"'{path}' is corrupt: expected a JSON object, found "
                             f"{type(value).__name__}")
+    return value
+
+
+def check_fields(value: dict, fields: dict[str, type], path: str | os.PathLike) -> dict:
+    """``value`` (read from ``path``) after checking that each key of ``fields`` holds a JSON
+    value of its type; raises :class:`SerenityError` naming the file and the first bad field."""
+    for key, kind in fields.items():
+        v = value.get(key)
+        if not isinstance(v, kind) or (kind is not bool and isinstance(v, bool)):
+            raise SerenityError(f"'{path}' is corrupt: field '{key}' must be a JSON "
+                                f"{_JSON_TYPES[kind]}, found {json.dumps(v)[:40]}")
     return value

@@ -30,7 +30,9 @@ from pathlib import Path
 import numpy as np
 
 from .errors import SerenityError
-from .files import read_json
+from .builddir import (absolute, build_kind, checked_model, new_build, sha256_of,
+                       verify_build)
+from .files import check_fields, read_json
 
 __all__ = ["LIBRARY_FILE", "REPORT_FILE", "INPUTS_FILE", "RelaxBuild", "RelaxRun",
            "compile_relax", "run_relax", "is_relax_build", "load_relax_report"]
@@ -38,6 +40,9 @@ __all__ = ["LIBRARY_FILE", "REPORT_FILE", "INPUTS_FILE", "RelaxBuild", "RelaxRun
 LIBRARY_FILE = "model.so"
 REPORT_FILE = "relax.json"
 INPUTS_FILE = "input.npz"
+KIND = "llvm"                   # the build kind in the directory's marker
+# relax.json fields that run and report read, with their JSON types
+_REPORT_FIELDS = {"model": str, "name": str, "inputs": list, "outputs": list, "passes": dict}
 
 
 @dataclass(frozen=True)
@@ -81,17 +86,19 @@ class RelaxRun:
 
 
 def is_relax_build(out_dir: str | os.PathLike) -> bool:
-    """Whether ``out_dir`` was written by :func:`compile_relax`."""
-    return (Path(out_dir) / REPORT_FILE).is_file()
+    """Whether ``out_dir`` holds a build written by :func:`compile_relax`."""
+    return build_kind(out_dir) == KIND
 
 
 def compile_relax(path: str | os.PathLike, out_dir: str | os.PathLike = "serenity_out", *,
                   method: str = "serenity", planner: str = "optimal", rewrite: bool = True,
-                  time_limit: float | None = 30.0, seed: int = 0) -> RelaxBuild:
+                  time_limit: float | None = 30.0, seed: int = 0,
+                  force: bool = False) -> RelaxBuild:
     """Compile the int8 ``.tflite`` at ``path`` for the host into ``out_dir`` (module
     docstring). ``method``/``planner``/``rewrite``/``time_limit``: options of
     :func:`~tvm_serenity.passes.serenity_pipeline` (the time limit bounds the scheduler and the
-    arena solver, each)."""
+    arena solver, each). ``out_dir`` is written atomically, only when new, empty or an intact
+    earlier build (``force``: also an edited one; :mod:`tvm_serenity.builddir`)."""
     import tvm
 
     from . import passes
@@ -100,37 +107,39 @@ def compile_relax(path: str | os.PathLike, out_dir: str | os.PathLike = "serenit
     from .frontend.tflite_model import load_tflite
 
     t0 = time.perf_counter()
-    source = Path(path).resolve()
-    model = load_tflite(source)
-    mod = from_tflite(model)
-    target = tvm.target.Target("llvm")
-    with target:
-        lowered = passes.serenity_pipeline(method=method, planner=planner, rewrite=rewrite,
-                                           time_limit=time_limit, plan_time_limit=time_limit,
-                                           target=target)(mod)
-    executable = tvm.compile(lowered, target=target, relax_pipeline="zero")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    executable.export_library(str(out / LIBRARY_FILE))
-    inputs = model_inputs(model, np.random.default_rng(seed))
-    np.savez(out / INPUTS_FILE, **{f"input{k}": x for k, x in enumerate(inputs)})
-    report = {"model": str(source), "name": source.stem, "target": "llvm",
-              "bindings": len(mod["main"].body.blocks[0].bindings),
-              "inputs": [model.tensors[i].to_json() for i in model.inputs],
-              "outputs": [model.tensors[i].to_json() for i in model.outputs],
-              "options": {"method": method, "planner": planner, "rewrite": rewrite,
-                          "time_limit": time_limit},
-              "passes": passes.pipeline_report(lowered)}
-    (out / REPORT_FILE).write_text(json.dumps(report, indent=1) + "\n")
-    return RelaxBuild(out, report, time.perf_counter() - t0)
+    source = absolute(path)
+    marker = {"model": str(source)}
+    with new_build(out_dir, KIND, force=force, derived=("report",), extra=marker) as tmp:
+        model = load_tflite(source)
+        marker["model_sha256"] = sha256_of(source)
+        mod = from_tflite(model)
+        target = tvm.target.Target("llvm")
+        with target:
+            lowered = passes.serenity_pipeline(method=method, planner=planner, rewrite=rewrite,
+                                               time_limit=time_limit,
+                                               plan_time_limit=time_limit, target=target)(mod)
+        executable = tvm.compile(lowered, target=target, relax_pipeline="zero")
+        executable.export_library(str(tmp / LIBRARY_FILE))
+        inputs = model_inputs(model, np.random.default_rng(seed))
+        np.savez(tmp / INPUTS_FILE, **{f"input{k}": x for k, x in enumerate(inputs)})
+        report = {"model": str(source), "name": source.stem, "target": "llvm",
+                  "bindings": len(mod["main"].body.blocks[0].bindings),
+                  "inputs": [model.tensors[i].to_json() for i in model.inputs],
+                  "outputs": [model.tensors[i].to_json() for i in model.outputs],
+                  "options": {"method": method, "planner": planner, "rewrite": rewrite,
+                              "time_limit": time_limit},
+                  "passes": passes.pipeline_report(lowered)}
+        (tmp / REPORT_FILE).write_text(json.dumps(report, indent=1) + "\n")
+    return RelaxBuild(absolute(out_dir), report, time.perf_counter() - t0)
 
 
 def load_relax_report(out_dir: str | os.PathLike) -> dict:
     """The ``relax.json`` of a directory written by :func:`compile_relax`."""
-    out = Path(out_dir)
-    return read_json(out / REPORT_FILE, f"'{out}' is not a Relax build (no {REPORT_FILE}); "
-                                        "create it with `tvm-serenity compile MODEL --target "
-                                        "llvm`")
+    verify_build(out_dir, (KIND,))
+    path = absolute(out_dir) / REPORT_FILE
+    report = read_json(path, f"'{out_dir}' is not a Relax build (no {REPORT_FILE}); create it "
+                             "with `tvm-serenity compile MODEL --target llvm`")
+    return check_fields(report, _REPORT_FIELDS, path)
 
 
 def _inputs_from_bytes(report: dict, data: bytes) -> list[np.ndarray]:
@@ -157,8 +166,9 @@ def run_relax(out_dir: str | os.PathLike, input: bytes | None = None, *,
     from .frontend import reference
     from .frontend.tflite_model import load_tflite
 
-    out = Path(out_dir)
-    report = load_relax_report(out)
+    out = absolute(out_dir)
+    report = load_relax_report(out_dir)
+    model = checked_model(out_dir) if check else None
     if input is not None:
         inputs = _inputs_from_bytes(report, input)
     else:
@@ -171,7 +181,7 @@ def run_relax(out_dir: str | os.PathLike, input: bytes | None = None, *,
     results = list(result) if not hasattr(result, "numpy") else [result]
     outputs = [r.numpy() for r in results]
     if check:
-        expected = reference.run(load_tflite(report["model"]), inputs)
+        expected = reference.run(load_tflite(model), inputs)
         for k, (got, want) in enumerate(zip(outputs, expected)):
             if got.shape != want.shape or not np.array_equal(got, want):
                 raise SerenityError(f"output {k} of the Relax VM differs from the reference "

@@ -19,9 +19,11 @@ from __future__ import annotations
 import base64
 import html
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .builddir import absolute
 from .errors import SerenityError
 from .graph import Graph
 from .memory import liveness, simulate
@@ -200,18 +202,26 @@ def write_report(out_dir: str | os.PathLike, graph: Graph,
     return Report(out, html_path, images, series, rects)
 
 
+def _fresh_report_dir(build: Path) -> Path:
+    """``build/report`` emptied for a new report: it is regenerated from the build, so
+    whatever is there (even a file or a link, never followed) is removed first."""
+    path = build / REPORT_DIR
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)
+    return path
+
+
 def write_compiled_report(out_dir: str | os.PathLike) -> Report:
     """(Re)write ``OUT/report`` of a directory written by :func:`tvm_serenity.deploy.
     compile_tflite`, from its ``graph.json`` and ``plan.json``: TFLite's stored order against
     the compiled order, the compiled arena, the per-layer savings."""
     from .deploy import GRAPH_FILE, SOURCE_GRAPH_FILE, load_plan
     from .micro import get_board
-    out = Path(out_dir)
-    plan = load_plan(out)
-    graph_path = out / GRAPH_FILE
-    if not graph_path.is_file():
-        raise SerenityError(f"'{out}' has no {GRAPH_FILE}; compile it with tvm-serenity compile")
-    graph = Graph.load(graph_path)
+    plan = load_plan(out_dir)               # checks the build is intact
+    out = absolute(out_dir)
+    graph = Graph.load(out / GRAPH_FILE)
     # with identity rewriting, TFLite's order is an order of the graph before it
     source = Graph.load(out / SOURCE_GRAPH_FILE) if (out / SOURCE_GRAPH_FILE).is_file() \
         else graph
@@ -234,7 +244,7 @@ def write_compiled_report(out_dir: str | os.PathLike) -> Report:
     if fit:
         summary.append(("SRAM total", f"{fit['total_bytes']:,} B of {fit['sram_bytes']:,} B: "
                                       f"{'fits' if fit['fits'] else 'does not fit'}"))
-    return write_report(out / REPORT_DIR, graph,
+    return write_report(_fresh_report_dir(out), graph,
                         {"TFLite order, dual buffer": (source.op_names, False, source),
                          "tvm-serenity": (plan["order"], rip)},
                         plan["offsets"], plan["arena_bytes"], plan["planner"], summary,
@@ -246,8 +256,8 @@ def write_relax_report(out_dir: str | os.PathLike) -> Report:
     compile_relax`, from its ``relax.json``: the main dataflow block in the frontend's order
     against MemoryAwareSchedule's, and ArenaPlan's arena map."""
     from .relax_deploy import load_relax_report
-    out = Path(out_dir)
-    r = load_relax_report(out)
+    r = load_relax_report(out_dir)          # checks the build is intact
+    out = absolute(out_dir)
     passes = r["passes"]
     blocks = [b for b in passes["schedule"]["blocks"]
               if b["function"] == "main" and not b.get("skipped") and b.get("graph")]
@@ -269,7 +279,7 @@ def write_relax_report(out_dir: str | os.PathLike) -> Report:
                ("lower bound (all orders)", f"{block['lower_bound']:,} B"),
                ("arena", f"{arena['arena_bytes']:,} B ({arena['planner']}, {arena['status']})"),
                ("TVM StaticPlanBlockMemory, same module", f"{arena['static_plan_bytes']:,} B")]
-    return write_report(out / REPORT_DIR, graph,
+    return write_report(_fresh_report_dir(out), graph,
                         {"frontend order": (graph.op_names, inplace),
                          "tvm-serenity": (block["order"], inplace)},
                         arena["offsets"], arena["arena_bytes"], arena["planner"], summary,

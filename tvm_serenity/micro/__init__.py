@@ -17,14 +17,14 @@ Layers: :mod:`.boards` (registry), :mod:`.builder` (compile, link, fit check via
 
 from .boards import BOARDS, Board, ImageLayout, MemoryRegion, get_board
 from .builder import DEFAULT_STACK_RESERVE, Firmware, build_firmware, build_plan
-from .fit import FitReport, check_fit, measure_fit
+from .fit import DoesNotFitError, FitReport, check_fit, measure_fit
 from .project import build, flash, generate_project, load_project, run
 from .runners import RunResult, parse_report, run_host, run_qemu, run_rp2040js, run_serial
 from .uf2 import decode_uf2, elf_to_uf2, encode_uf2
 
 __all__ = ["BOARDS", "Board", "ImageLayout", "MemoryRegion", "get_board",
            "DEFAULT_STACK_RESERVE", "Firmware", "build_firmware", "build_plan",
-           "FitReport", "check_fit", "measure_fit",
+           "DoesNotFitError", "FitReport", "check_fit", "measure_fit",
            "build", "flash", "generate_project", "load_project", "run",
            "RunResult", "parse_report", "run_host", "run_qemu", "run_rp2040js", "run_serial",
            "decode_uf2", "elf_to_uf2", "encode_uf2"]

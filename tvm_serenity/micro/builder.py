@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SerenityError
 from .boards import Board, get_board
-from .fit import FitReport, check_fit
+from .fit import DoesNotFitError, FitReport, check_fit
 from .uf2 import elf_to_uf2
 
 __all__ = ["DEFAULT_STACK_RESERVE", "ARM_INSTALL_HINT", "Firmware", "BuildPlan", "build_plan",
@@ -133,10 +135,36 @@ def require_tool(name: str, hint: str) -> str:
     return path
 
 
+def _first_error(output: str) -> str:
+    """The line of a tool's output that says what went wrong (its first error, else its
+    first line)."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for line in lines:
+        if "error" in line.lower() or "no such file" in line.lower():
+            return line
+    return lines[0] if lines else "no output"
+
+
+def _fail(what: str, cmd: list[str], output: str) -> SerenityError:
+    """One line: the step and its first error; the command and the long tool output go to a
+    log file outside the build (a failed build directory is discarded)."""
+    try:
+        fd, log = tempfile.mkstemp(prefix="tvm-serenity-build-", suffix=".log")
+        with os.fdopen(fd, "w") as f:
+            f.write(f"$ {shlex.join(cmd)}\n{output}")
+        where = f" (command and full output: {log})"
+    except OSError:
+        where = ""
+    return SerenityError(f"{what} failed: {_first_error(output)}{where}")
+
+
 def _run(cmd: list[str], cwd: Path, what: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    except OSError as e:
+        raise SerenityError(f"{what} failed: cannot run '{cmd[0]}': {e.strerror}") from None
     if proc.returncode:
-        raise SerenityError(f"{what} failed ({' '.join(cmd)}):\n{proc.stderr.strip()}")
+        raise _fail(what, cmd, proc.stderr + proc.stdout)
     return proc
 
 
@@ -146,7 +174,7 @@ def build_firmware(project_dir: str | Path, board: str | Board, *, emulate: bool
     """Build the project in ``project_dir`` for ``board``: the emulator image
     (``emulate=True``) or the device image with its UF2, or the native executable for
     ``host``. Raises :class:`SerenityError` naming each SRAM part if it does not fit."""
-    project = Path(project_dir)
+    project = Path(os.path.abspath(project_dir))   # the commands run with cwd=project
     board = get_board(board)
     if stack_reserve <= 0 or stack_reserve % 8:
         raise SerenityError(f"stack_reserve must be a positive multiple of 8, got {stack_reserve}")
@@ -168,11 +196,11 @@ def build_firmware(project_dir: str | Path, board: str | Board, *, emulate: bool
     link = subprocess.run(plan.link_command(), cwd=project, capture_output=True, text=True)
     if board.is_host:
         if link.returncode:
-            raise SerenityError(f"linking for host failed:\n{link.stderr.strip()}")
+            raise _fail("linking for host", plan.link_command(), link.stderr)
         return Firmware(board, emulate, project / plan.output, None, None, None, stack_reserve)
     if link.returncode:
         if not any(sign in link.stderr for sign in _OVERFLOW_SIGNS):
-            raise SerenityError(f"linking for {board.name} failed:\n{link.stderr.strip()}")
+            raise _fail(f"linking for {board.name}", plan.link_command(), link.stderr)
         _run([*plan.link_command(), "-Wl,--noinhibit-exec"], project,
              f"measuring the oversized {board.name} image")
     elf = project / plan.output
@@ -182,13 +210,14 @@ def build_firmware(project_dir: str | Path, board: str | Board, *, emulate: bool
         code = board.layout(emulate).code
         over = re.search(r"region `(\w+)' overflowed by (\d+) bytes", link.stderr)
         if over and code is not None and over.group(1) == "CODE":
-            raise SerenityError(
+            raise DoesNotFitError(
                 f"model does not fit: {board.name} ({board.chip}) flash: code, weights and "
                 f"constants need {code.size + int(over.group(2)):,} B of {code.size:,} B "
                 f"({code.size // 1024} KiB): over by {int(over.group(2)):,} B (SRAM would fit: "
                 f"{fit.total_bytes:,} B of {fit.sram_bytes:,} B)")
-        raise SerenityError(f"linking for {board.name} failed:\n{link.stderr.strip()}")
+        raise _fail(f"linking for {board.name}", plan.link_command(), link.stderr)
     binary = elf.with_suffix(".bin")
-    _run([ARM_PREFIX + "objcopy", "-O", "binary", str(elf), str(binary)], project, "objcopy")
+    _run([ARM_PREFIX + "objcopy", "-O", "binary", str(elf), str(binary)], project,
+         f"objcopy of {elf.name} for {board.name}")
     uf2 = None if emulate else elf_to_uf2(elf, elf.with_suffix(".uf2"), board.uf2_family)
     return Firmware(board, emulate, elf, binary, uf2, fit, stack_reserve)

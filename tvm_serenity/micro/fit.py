@@ -13,7 +13,11 @@ from ..errors import SerenityError
 from .boards import Board, get_board
 from .elf import read_elf
 
-__all__ = ["FitReport", "measure_fit", "check_fit"]
+__all__ = ["DoesNotFitError", "FitReport", "measure_fit", "check_fit"]
+
+
+class DoesNotFitError(SerenityError):
+    """The image is too big for the board's SRAM or flash; the message itemises it."""
 
 
 @dataclass(frozen=True)
@@ -82,5 +86,5 @@ def check_fit(elf: str | Path, board: str | Board, *, emulate: bool, stack_reser
     report = measure_fit(elf, board, emulate=emulate, stack_reserve=stack_reserve,
                          scratch_bytes=scratch_bytes)
     if not report.fits:
-        raise SerenityError(f"model does not fit: {report.describe()}")
+        raise DoesNotFitError(f"model does not fit: {report.describe()}")
     return report

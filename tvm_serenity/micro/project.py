@@ -30,6 +30,7 @@ import subprocess
 from pathlib import Path
 
 from ..errors import SerenityError
+from ..builddir import absolute
 from ..files import read_json
 from .boards import Board, get_board
 from .builder import (ARM_INSTALL_HINT, ARM_PREFIX, DEFAULT_STACK_RESERVE, Firmware,
@@ -166,7 +167,7 @@ def generate_project(out_dir: str | Path, model_c_dir: str | Path, board: str | 
     """Write a self-contained project for ``board`` into ``out_dir`` and return its path.
     ``input_data`` defaults to MODEL_INPUT_BYTES pseudo-random bytes drawn with ``seed``."""
     board = get_board(board)
-    src, out = Path(model_c_dir), Path(out_dir)
+    src, out = absolute(model_c_dir), absolute(out_dir)
     for name in ("model.c", "model.h"):
         if not (src / name).is_file():
             raise SerenityError(f"model directory '{src}' has no {name}")
@@ -209,7 +210,7 @@ def build(project_dir: str | Path, *, emulate: bool | None = None) -> Firmware:
     """Build the project's board image (emulator or device variant; default: the project's
     ``emulate`` setting), checking that it fits the board's SRAM."""
     meta = load_project(project_dir)
-    return build_firmware(project_dir, meta["board"],
+    return build_firmware(absolute(project_dir), meta["board"],
                           emulate=meta["emulate"] if emulate is None else emulate,
                           stack_reserve=meta["stack_reserve"],
                           scratch_bytes=meta["scratch_bytes"])
@@ -233,7 +234,7 @@ def flash(project_dir: str | Path, mount_point: str | Path | None = None) -> Pat
     which :func:`run` reads), else the bare-metal device UF2 (report on UART0/GP0 at 115200
     for the Pico; kept in ``serenity_result`` for a debugger on the Pico 2). Copies it to
     ``mount_point`` or a mounted BOOTSEL drive, else uses ``picotool load`` if installed."""
-    project = Path(project_dir)
+    project = absolute(project_dir)
     board = get_board(load_project(project)["board"])
     if board.is_host:
         raise SerenityError("the host board has nothing to flash")
@@ -269,7 +270,7 @@ def run(project_dir: str | Path, emulate: bool | None = None, *,
     running the Pico SDK build (found over USB serial with pyserial) if there is one, else
     the emulator; ``True``: always the emulator; ``False``: the board or an error. The
     emulator image is rebuilt first (about a second), so it always matches the sources."""
-    project = Path(project_dir)
+    project = absolute(project_dir)
     board = get_board(load_project(project)["board"])
     if board.is_host:
         return run_host(build(project), timeout=timeout)
