@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from toolchain import needs_cc, needs_rp2040js
+from tvm_serenity import SerenityError
 from tvm_serenity.cli import main
 from tvm_serenity.demo import demo_model_bytes, format_demo, run_demo
 from tvm_serenity.frontend.builder import ModelBuilder
@@ -117,6 +118,40 @@ def test_demo_model_is_deterministic_and_baseline_does_not_fit(tmp_path):
     assert ours.fits and ours.arena_bytes < base.arena_bytes
     assert ours.sram_bytes <= 264 * 1024
     assert "peak reduction" in format_demo(rows)
+
+
+def test_demo_reports_a_failed_build_as_failed_and_exits_non_zero(tmp_path, monkeypatch,
+                                                                  capsys):
+    """Our build failing for a reason other than its size (here the C compiler breaking) is
+    'failed' with its cause, never 'no' in the fits column, and the command exits 2 with one
+    line; the baseline's size refusal stays 'no'."""
+    from tvm_serenity import micro
+    real_build = micro.build
+
+    def broken(project, **kw):
+        if "serenity" in str(project):
+            raise SerenityError("compiling model.c for pico failed: model.c:1: error: boom")
+        return real_build(project, **kw)
+
+    monkeypatch.setattr(micro, "build", broken)
+    assert main(["demo", "--no-emulate", "-o", str(tmp_path / "demo")]) == 2
+    captured = capsys.readouterr()
+    base, ours = [line for line in captured.out.splitlines()
+                  if line.startswith(("TFLite order + TFLM greedy arena, dual buffer ",
+                                      "tvm-serenity: DP order + RiP + optimal arena "))]
+    assert base.split()[-2:] == ["no", "-"] and ours.split()[-2:] == ["failed", "-"]
+    assert captured.err.count("\n") == 1 and captured.err.startswith(
+        "tvm-serenity: error: demo failed: tvm-serenity: DP order + RiP + optimal arena: build "
+        "failed: compiling model.c for pico failed: model.c:1: error: boom")
+
+
+def test_demo_into_a_file_is_one_line(tmp_path, capsys):
+    target = tmp_path / "taken"
+    target.write_text("mine")
+    assert main(["demo", "-o", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "exists and is not a directory" in err
+    assert target.read_text() == "mine"
 
 
 @pytest.mark.slow
