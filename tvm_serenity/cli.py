@@ -15,6 +15,7 @@ from pathlib import Path
 from . import __version__
 from .builddir import absolute
 from .errors import SerenityError
+from .text import one_line
 from .graph import Graph
 from .memory import simulate
 
@@ -25,13 +26,6 @@ ALL_METHODS_TIME_LIMIT = 10.0   # seconds per method for `schedule --method all`
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one clear line instead of usage + message
         raise SerenityError(f"{self.prog}: {message} (see --help)")
-
-
-def one_line(message: str) -> str:
-    """``message`` as one printable line: control characters (newlines, ANSI escapes) and
-    unpaired surrogates from names in the input are shown escaped, not obeyed."""
-    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
 
 
 def _kib(n: int) -> str:

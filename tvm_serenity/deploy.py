@@ -63,6 +63,7 @@ from .graph import Graph
 from .rewrite import RewriteResult, rewrite_graph
 from .schedule import ScheduleResult
 from .schedule import schedule as schedule_graph
+from .text import counted
 
 __all__ = ["TARGETS", "DEFAULT_TIME_LIMIT", "PLAN_FILE", "GRAPH_FILE", "SOURCE_GRAPH_FILE",
            "CompiledModel", "compile_tflite", "run", "reference_output", "load_plan"]
@@ -169,8 +170,9 @@ class CompiledModel:
         """A few lines for a terminal."""
         p = self.plan
         build = "RiP" if self.rip else "dual-buffer"
-        lines = [f"{self.core.source.name} -> {self.target} ({build}), {len(p.order)} steps, "
-                 f"{self.emitted.kernels} kernels, in {self.out_dir}",
+        lines = [f"{self.core.source.name} -> {self.target} ({build}), "
+                 f"{counted(len(p.order), 'step')}, {counted(self.emitted.kernels, 'kernel')}, "
+                 f"in {self.out_dir}",
                  f"arena {p.arena_bytes:,} B (liveness peak {p.liveness_peak_bytes:,} B, "
                  f"lower bound {self.schedule.lower_bound_bytes:,} B over all orders), "
                  f"{len(p.inplace)} in-place steps saving "
@@ -191,7 +193,8 @@ def _input_bytes(data, nbytes: int) -> bytes:
     raw = np.ascontiguousarray(data, dtype=np.int8).tobytes() if isinstance(data, np.ndarray) \
         else bytes(data)
     if len(raw) != nbytes:
-        raise SerenityError(f"the input has {len(raw)} bytes, the model takes {nbytes} (int8)")
+        raise SerenityError(f"the input has {counted(len(raw), 'byte')}, the model takes "
+                            f"{nbytes:,} (int8)")
     return raw
 
 
@@ -346,6 +349,7 @@ def run(out_dir: str | os.PathLike, emulate: bool = True, input=None, *, host: b
             first = next(i for i, (a, b) in enumerate(zip(result.output, expected)) if a != b) \
                 if len(result.output) == len(expected) else 0
             raise SerenityError(f"{result.backend} output differs from the reference "
-                                f"interpreter ({len(result.output)} vs {len(expected)} bytes, "
+                                f"interpreter ({len(result.output):,} vs "
+                                f"{counted(len(expected), 'byte')}, "
                                 f"first difference at byte {first})")
     return result

@@ -33,6 +33,7 @@ from .errors import SerenityError
 from .builddir import (absolute, build_kind, checked_model, new_build, sha256_of,
                        verify_build)
 from .files import check_fields, read_json
+from .text import counted
 
 __all__ = ["LIBRARY_FILE", "REPORT_FILE", "INPUTS_FILE", "RelaxBuild", "RelaxRun",
            "compile_relax", "run_relax", "is_relax_build", "load_relax_report"]
@@ -59,7 +60,8 @@ class RelaxBuild:
         arena = r["passes"]["arena"]["functions"][0]
         rewrite = r["passes"]["rewrite"] or {"applied": 0}
         return "\n".join([
-            f"{r['name']} -> llvm (Relax VM, serenity pipeline), {r['bindings']} operators, "
+            f"{r['name']} -> llvm (Relax VM, serenity pipeline), "
+            f"{counted(r['bindings'], 'operator')}, "
             f"in {self.out_dir} ({self.seconds:.1f} s)",
             f"identity rewrites kept: {rewrite['applied']}; schedule peak "
             f"{sched.get('peak_before', 0):,} -> {sched.get('peak_after', 0):,} B (lower bound "
@@ -144,12 +146,13 @@ def load_relax_report(out_dir: str | os.PathLike) -> dict:
 
 def _inputs_from_bytes(report: dict, data: bytes) -> list[np.ndarray]:
     if len(report["inputs"]) != 1:
-        raise SerenityError(f"{report['name']} has {len(report['inputs'])} inputs; a raw input "
-                            "file can only feed a model with one")
+        raise SerenityError(f"{report['name']} has {counted(len(report['inputs']), 'input')}; "
+                            "a raw input file can only feed a model with one")
     t = report["inputs"][0]
     want = int(np.prod(t["shape"])) * np.dtype(t["dtype"]).itemsize
     if len(data) != want:
-        raise SerenityError(f"the input has {len(data)} bytes, input '{t['name']}' takes {want} "
+        raise SerenityError(f"the input has {counted(len(data), 'byte')}, input '{t['name']}' "
+                            f"takes {want:,} "
                             f"({t['dtype']} {t['shape']})")
     return [np.frombuffer(data, dtype=t["dtype"]).reshape(t["shape"])]
 

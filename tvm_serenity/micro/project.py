@@ -32,6 +32,7 @@ from pathlib import Path
 from ..errors import SerenityError
 from ..builddir import absolute
 from ..files import read_json
+from ..text import counted
 from .boards import Board, get_board
 from .builder import (ARM_INSTALL_HINT, ARM_PREFIX, DEFAULT_STACK_RESERVE, Firmware,
                       build_firmware, build_plan, linker_script, variant_name)
@@ -180,7 +181,8 @@ def generate_project(out_dir: str | Path, model_c_dir: str | Path, board: str | 
     if input_data is None:
         input_data = random.Random(seed).randbytes(n_in)
     elif len(input_data) != n_in:
-        raise SerenityError(f"input_data has {len(input_data)} bytes, the model takes {n_in}")
+        raise SerenityError(f"input_data has {counted(len(input_data), 'byte')}, the model "
+                            f"takes {n_in:,}")
 
     out.mkdir(parents=True, exist_ok=True)
     for path in [src / "model.c", *sorted(src.glob("*.h"))]:
