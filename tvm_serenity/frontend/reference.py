@@ -24,6 +24,12 @@ Arithmetic follows TFLite's ``kernels/internal`` reference code as TFLite Micro 
   rescaled by the element count), AVERAGE_POOL the round-half-away integer division over the
   in-bounds window, ADD the ``left_shift = 20`` scheme.
 
+Before any kernel is prepared, :func:`validate` refuses what TFLite Micro's ``Prepare`` refuses
+(operand counts, ranks, axes, shapes against the options, scales and zero points) and what it
+would run with an undefined result (a shift of 32 bits or more, an unknown fused activation,
+...), one line naming the operator by its index in the file; every consumer of a model (this
+interpreter, the graph IR, the C emitter, the Relax importer) calls it.
+
 LiteRT (``ai-edge-litert`` 2.3 with ``OpResolverType.BUILTIN_REF``) runs the same reference code
 except in two kernels, and ``Interpreter(model, runtime="litert")`` reproduces it too (tests
 check both runtimes): its reference FULLY_CONNECTED requantizes with
@@ -41,7 +47,8 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from ..errors import SerenityError
-from .tflite_model import (Operator, TFLiteModel, UnsupportedOperatorError, check_operators)
+from ..text import counted
+from .tflite_model import Operator, TFLiteModel, UnsupportedOperatorError, check_operators
 
 __all__ = [
     # fixed-point primitives
@@ -62,7 +69,7 @@ __all__ = [
     "StridedSliceParams", "resolve_strided_slice", "strided_slice_params", "strided_slice",
     # interpreter
     "SUPPORTED_OPS", "TFLM", "LITERT", "RUNTIMES", "Interpreter", "run", "run_all",
-    "ReferenceError",
+    "ReferenceError", "validate", "ACTIVATIONS",
 ]
 
 TFLM = "tflm"
@@ -106,10 +113,23 @@ def round_half_away(x):
 
 
 def quantize_multiplier(real: float) -> tuple[int, int]:
-    """``QuantizeMultiplier``: ``real ~= m * 2^(s - 31)`` with ``m`` in [2^30, 2^31)."""
+    """``QuantizeMultiplier``: ``real ~= m * 2^(s - 31)`` with ``m`` in [2^30, 2^31).
+
+    As TFLite's (double-rounding build): ``frexp``, ``q * 2^31`` rounded half away from zero,
+    ``2^31`` halved with the shift raised by one, a shift below -31 flushed to ``(0, 0)``.
+    A ``real`` of ``2^31`` or more (a shift above 31) raises :class:`ReferenceError`: the
+    kernels would compute ``x * (1 << s)``, undefined in C for ``s >= 32``, and TFLite Micro's
+    result then depends on the CPU (x86 shifts by ``s mod 32``, Arm by all ``s`` bits); only
+    the single-rounding build saturates the shift at 30. The C emitter and the Relax importer
+    take their multipliers from this function too.
+    """
     real = float(real)
     if real == 0.0:
         return 0, 0
+    if not math.isfinite(real) or abs(real) >= 2.0 ** 31:
+        raise ReferenceError(f"requantization scale {real:.6g} is 2^31 or more: TFLite's "
+                             "MultiplyByQuantizedMultiplier would shift left by 32 bits or "
+                             "more, undefined in C (TFLite Micro's result depends on the CPU)")
     q, shift = math.frexp(real)
     q_fixed = int(round_half_away(np.float64(q * float(1 << 31))))
     if q_fixed == 1 << 31:
@@ -176,8 +196,14 @@ def requantize(acc, multiplier, shift, out_zp: int, act_min: int = INT8_MIN,
 
 
 def _quantize_scalar(f: float, scale: float, zp: int) -> int:
-    """Kernel-util ``Quantize``: ``zp + round(f / scale)`` in float32."""
-    return zp + int(round_half_away(np.float32(f) / np.float32(scale)))
+    """Kernel-util ``Quantize``: ``zp + round(f / scale)`` in float32; like TFLite, refuses a
+    quotient outside the int32 range."""
+    q = round_half_away(np.float32(f) / np.float32(scale))
+    if not -2.0 ** 31 <= q <= 2.0 ** 31:
+        raise ReferenceError(f"{f} quantized with scale {float(np.float32(scale)):.6g} "
+                             f"({float(q):.6g}) overflows int32; TFLite rejects this "
+                             "activation range")
+    return zp + int(q)
 
 
 def activation_range(activation: str, scale: float, zero_point: int) -> tuple[int, int]:
@@ -303,7 +329,14 @@ class Requant:
 
 
 def _requant(reals, out_zp: int, act: tuple[int, int]) -> Requant:
-    pairs = [quantize_multiplier(r) for r in np.atleast_1d(reals)]
+    reals = np.atleast_1d(reals)
+    pairs = []
+    for k, real in enumerate(reals):
+        try:
+            pairs.append(quantize_multiplier(real))
+        except ReferenceError as e:
+            raise ReferenceError(f"output channel {k}: {e}" if reals.size > 1 else str(e)) \
+                from None
     return Requant(np.array([p[0] for p in pairs], dtype=np.int64),
                    np.array([p[1] for p in pairs], dtype=np.int64), int(out_zp), *act)
 
@@ -580,7 +613,7 @@ def resolve_strided_slice(in_shape: Sequence[int], begin: Sequence[int], end: Se
     rank = len(in_shape)
     if not len(begin) == len(end) == len(strides) == rank:
         raise ReferenceError(f"STRIDED_SLICE: begin/end/strides have {len(begin)}/{len(end)}/"
-                             f"{len(strides)} values for a rank-{rank} input")
+                             f"{counted(len(strides), 'value')} for a rank-{rank} input")
     starts, counts, shrinks = [], [], []
     for k, size in enumerate(int(d) for d in in_shape):
         stride = int(strides[k])
@@ -598,7 +631,7 @@ def resolve_strided_slice(in_shape: Sequence[int], begin: Sequence[int], end: Se
                                      f"({stride}); TFLite's kernel writes no output then")
             if start >= size:
                 raise ReferenceError(f"STRIDED_SLICE: shrunk axis {k} reads index "
-                                     f"{int(begin[k])}, outside its {size} elements")
+                                     f"{int(begin[k])}, outside its {counted(size, 'element')}")
             count = 1
         else:
             stop = int(end[k]) + (start if offset else 0)
@@ -824,7 +857,7 @@ class _OpContext:
 
     def __init__(self, model: TFLiteModel, op: Operator, runtime: str = TFLM):
         self.model, self.op, self.runtime = model, op, runtime
-        self.where = f"{model.source}: operator {op.index} ({op.op})"
+        self.where = model.where(op)
 
     def tensor(self, i: int):
         return self.model.tensors[self.op.inputs[i]] if (
@@ -861,11 +894,350 @@ class _OpContext:
             return None
         if t.data is None or t.dtype != "int32" or t.size != units:
             raise self.unsupported(f"bias '{t.name}' must be a constant int32 vector of "
-                                   f"{units} values")
+                                   f"{counted(units, 'value')}")
         return t.data.reshape(units)
 
     def activation(self) -> str:
         return self.op.options.get("fused_activation_function", "NONE")
+
+    def fail(self, why: str) -> ReferenceError:
+        return ReferenceError(f"{self.where}: {why}")
+
+
+# ============================================================================= validation
+#: Fused activations TFLite's int8 kernels implement (TFLM reads others as NONE).
+ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
+_PADDINGS = ("SAME", "VALID")
+#: Operator -> (fewest, most inputs; None: any number), as TFLite Micro's Prepare checks them.
+_ARITY = {"CONV_2D": (2, 3), "DEPTHWISE_CONV_2D": (2, 3), "FULLY_CONNECTED": (2, 3),
+          "ADD": (2, 2), "MUL": (2, 2), "MEAN": (2, 2), "AVERAGE_POOL_2D": (1, 1),
+          "MAX_POOL_2D": (1, 1), "PAD": (2, 3), "PADV2": (2, 3), "RESHAPE": (1, 2),
+          "TRANSPOSE": (2, 2), "CONCATENATION": (1, None), "STRIDED_SLICE": (4, 4),
+          "RESIZE_NEAREST_NEIGHBOR": (2, 2), "QUANTIZE": (1, 1), "DEQUANTIZE": (1, 1),
+          "RELU": (1, 1), "RELU6": (1, 1), "HARD_SWISH": (1, 1), "LOGISTIC": (1, 1),
+          "SOFTMAX": (1, 1)}
+#: Inputs that may be omitted (tensor index -1): biases, RESHAPE's shape, PADV2's value.
+_OPTIONAL = {"CONV_2D": {2}, "DEPTHWISE_CONV_2D": {2}, "FULLY_CONNECTED": {2},
+             "RESHAPE": {1}, "PAD": {2}, "PADV2": {2}}
+#: Operators whose input 1 is a weight tensor, and the axis of its per-channel scales.
+_WEIGHT_AXIS = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 0}
+_INT_RANGES = {"int8": (INT8_MIN, INT8_MAX), "int16": (-32768, 32767), "uint8": (0, 255)}
+_FLOAT32_NORMAL = float(np.finfo(np.float32).tiny)
+
+
+def validate(model: TFLiteModel) -> None:
+    """Refuse what TFLite Micro's ``Prepare`` (or its kernels) would refuse, or would run with
+    undefined results, for every operator of :data:`SUPPORTED_OPS` in ``model``; other
+    operators are left to the consumer (:func:`.tflite_model.check_operators`).
+
+    Per operator: input and output counts, tensor indices (-1 only for an optional input),
+    activations written by an earlier operator or given as graph inputs, outputs that are no
+    constant; every quantized tensor's scales finite, positive and normal (float32), zero
+    points in the range of its type, weights with zero points 0 (TFLite's kernels ignore them)
+    and one scale per output channel; fused activation, padding, strides, dilations, filter
+    sizes, ranks, axes and shapes as the operator's options and the other tensors imply
+    (channels, depth multiplier, groups, broadcast and computed output shapes). Model level:
+    every graph output is a graph input or written by an operator. Raises
+    :class:`ReferenceError` naming the operator (its index in the file and name) and the tensor.
+    The reference interpreter, :func:`.to_graph.tflite_to_graph`, the C emitter's
+    ``integer_core`` and the Relax importer call it first."""
+    written = set(model.inputs)
+    for i in model.inputs:
+        if model.tensors[i].data is not None:
+            raise ReferenceError(f"{model.source}: graph input '{model.tensors[i].name}' is a "
+                                 "constant tensor")
+    for op in model.operators:
+        if op.op in _ARITY:
+            ctx = _OpContext(model, op)
+            _check_operands(ctx, written)
+            _check_quantization(ctx)
+            _CHECKS.get(op.op, _check_same_shape)(ctx)
+        written.update(op.outputs)
+    for i in model.outputs:
+        t = model.tensors[i]
+        if i not in written:
+            what = "a constant tensor" if t.data is not None else "written by no operator"
+            raise ReferenceError(f"{model.source}: graph output '{t.name}' is {what}")
+
+
+def _check_operands(ctx: _OpContext, written: set[int]) -> None:
+    op = ctx.op
+    lo, hi = _ARITY[op.op]
+    n = len(op.inputs)
+    if n < lo or (hi is not None and n > hi):
+        expected = f"{lo}" if lo == hi else f"{lo} to {hi}" if hi is not None else \
+            f"at least {lo}"
+        raise ctx.fail(f"has {counted(n, 'input')}, TFLite takes {expected}")
+    if len(op.outputs) != 1:
+        raise ctx.fail(f"has {counted(len(op.outputs), 'output')}, TFLite writes 1")
+    for k, i in enumerate(op.inputs):
+        if i < 0:
+            if k not in _OPTIONAL.get(op.op, ()):
+                raise ctx.fail(f"input {k} is omitted (tensor index {i}); only an optional "
+                               "input may be")
+            continue
+        t = ctx.model.tensors[i]
+        if t.data is None and i not in written:
+            raise ctx.fail(f"reads tensor '{t.name}', which no earlier operator writes")
+    if ctx.out.data is not None:
+        raise ctx.fail(f"writes its output into the constant tensor '{ctx.out.name}'")
+
+
+def _check_quantization(ctx: _OpContext) -> None:
+    op = ctx.op
+    for k, i in enumerate((*op.inputs, *op.outputs)):
+        t = ctx.model.tensors[i] if i >= 0 else None
+        if t is None or t.quant is None or t.dtype == "int32":
+            continue                # an int32 bias's quantization is not read by TFLite
+        weights = k == 1 and op.op in _WEIGHT_AXIS
+        for scale in t.quant.scale.astype(np.float64):
+            # weight scales only enter the multipliers (converters write negative ones too);
+            # an activation's scale is also divided by and must be a normal float32
+            if not math.isfinite(scale) or not (weights or scale >= _FLOAT32_NORMAL):
+                raise ctx.fail(f"tensor '{t.name}' has scale {scale:g}; "
+                               + ("weight scales must be finite" if weights else
+                                  "activation scales must be finite, positive and normal"))
+        lo, hi = _INT_RANGES.get(t.dtype, (INT32_MIN, INT32_MAX))
+        zps = t.quant.zero_point
+        if np.any((zps < lo) | (zps > hi)):
+            z = int(zps[(zps < lo) | (zps > hi)][0])
+            raise ctx.fail(f"tensor '{t.name}' has zero point {z}, outside {t.dtype}'s "
+                           f"[{lo}, {hi}]")
+        if weights and t.dtype == "int8":
+            if np.any(zps != 0):
+                raise ctx.fail(f"weights '{t.name}' have zero point {int(zps[zps != 0][0])}; "
+                               "TFLite's int8 kernels take weight zero points as 0")
+            if t.quant.per_channel and t.quant.axis != _WEIGHT_AXIS[op.op]:
+                raise ctx.fail(f"weights '{t.name}' are quantized along axis {t.quant.axis}, "
+                               f"not the output channels (axis {_WEIGHT_AXIS[op.op]})")
+
+
+def _rank(ctx: _OpContext, t, ranks, what: str) -> None:
+    if len(t.shape) not in ranks:
+        expected = " or ".join(str(r) for r in ranks)
+        raise ctx.fail(f"{what} '{t.name}' has shape {list(t.shape)}, of rank {len(t.shape)}; "
+                       f"TFLite needs rank {expected}")
+
+
+def _options(ctx: _OpContext, *keys: str) -> None:
+    """Fused activation, padding and the named positive integer options (strides, ...)."""
+    o = ctx.op.options
+    act = o.get("fused_activation_function", "NONE")
+    if act not in ACTIVATIONS:
+        raise ctx.fail(f"fused activation {act!r} is not one of TFLite's int8 activations "
+                       f"({', '.join(ACTIVATIONS)})")
+    if "padding" in o and o["padding"] not in _PADDINGS:
+        raise ctx.fail(f"padding {o['padding']!r} is neither SAME nor VALID")
+    for key in keys:
+        if int(o.get(key, 1)) < 1:
+            raise ctx.fail(f"{key} is {o.get(key)}, must be at least 1")
+
+
+def _check_shape_is(ctx: _OpContext, shape) -> None:
+    if tuple(int(d) for d in shape) != ctx.out.shape:
+        raise ctx.fail(f"output '{ctx.out.name}' has shape {list(ctx.out.shape)}, the "
+                       f"operator computes {[int(d) for d in shape]}")
+
+
+def _check_conv(ctx: _OpContext) -> None:
+    x, w, out = ctx.tensor(0), ctx.tensor(1), ctx.out
+    for t, what in ((x, "input"), (w, "weights"), (out, "output")):
+        _rank(ctx, t, (4,), what)
+    _options(ctx, "stride_h", "stride_w", "dilation_h_factor", "dilation_w_factor")
+    if w.data is None:
+        raise ctx.fail(f"weights '{w.name}' must be a constant tensor")
+    cin = x.shape[3]
+    if min(w.shape[1:3]) < 1:
+        raise ctx.fail(f"weights '{w.name}' have an empty {w.shape[1]}x{w.shape[2]} filter")
+    if ctx.op.op == "CONV_2D":
+        cout, filter_cin = w.shape[0], w.shape[3]
+        if filter_cin < 1 or cin % filter_cin or cout % (cin // filter_cin):
+            raise ctx.fail(f"input '{x.name}' has {counted(cin, 'channel')}, which weights "
+                           f"'{w.name}' of {filter_cin} input and {cout} output channels do "
+                           "not split into groups")
+    else:
+        cout = w.shape[3]
+        multiplier = int(ctx.op.options.get("depth_multiplier", 1))
+        if w.shape[0] != 1 or cout != cin * multiplier:
+            raise ctx.fail(f"weights '{w.name}' of shape {list(w.shape)} do not match input "
+                           f"'{x.name}' of {counted(cin, 'channel')} with depth_multiplier "
+                           f"{multiplier} (TFLite needs 1 x KH x KW x {cin * multiplier})")
+    if w.quant is not None and w.quant.per_channel and w.quant.scale.size != cout:
+        raise ctx.fail(f"weights '{w.name}' have {counted(w.quant.scale.size, 'scale')} for "
+                       f"{counted(cout, 'output channel')}")
+    if out.shape[0] != x.shape[0] or out.shape[3] != cout:
+        raise ctx.fail(f"output '{out.name}' has shape {list(out.shape)}, but {x.shape[0]} "
+                       f"batch(es) of {counted(cout, 'channel')} are computed")
+    _check_bias(ctx, cout)
+
+
+def _check_bias(ctx: _OpContext, units: int) -> None:
+    t = ctx.tensor(2)
+    if t is not None and (t.data is None or t.dtype not in ("int32", "float32")
+                          or t.size != units):
+        raise ctx.fail(f"bias '{t.name}' must be a constant int32 vector of "
+                       f"{counted(units, 'value')}, got {t.dtype} {list(t.shape)}")
+
+
+def _check_fully_connected(ctx: _OpContext) -> None:
+    x, w, out = ctx.tensor(0), ctx.tensor(1), ctx.out
+    _options(ctx)
+    if w.data is None or len(w.shape) != 2 or min(w.shape) < 1:
+        raise ctx.fail(f"weights '{w.name}' must be a constant non-empty matrix, got shape "
+                       f"{list(w.shape)}")
+    units, depth = w.shape
+    if x.size % depth:
+        raise ctx.fail(f"input '{x.name}' of {counted(x.size, 'element')} does not split into "
+                       f"rows of the weights' depth {depth}")
+    if w.quant is not None and w.quant.per_channel and w.quant.scale.size != units:
+        raise ctx.fail(f"weights '{w.name}' have {counted(w.quant.scale.size, 'scale')} for "
+                       f"{counted(units, 'unit')}")
+    if out.size != x.size // depth * units or (out.shape and out.shape[-1] != units):
+        raise ctx.fail(f"output '{out.name}' has shape {list(out.shape)}, but "
+                       f"{x.size // depth} row(s) of {counted(units, 'unit')} are computed")
+    _check_bias(ctx, units)
+
+
+def _check_binary(ctx: _OpContext) -> None:
+    a, b = ctx.tensor(0), ctx.tensor(1)
+    _options(ctx)
+    try:
+        shape = np.broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        raise ctx.fail(f"inputs '{a.name}' {list(a.shape)} and '{b.name}' {list(b.shape)} do "
+                       "not broadcast") from None
+    _check_shape_is(ctx, shape)
+
+
+def _axis_values(ctx: _OpContext, i: int, what: str, rank: int) -> list[int]:
+    """A constant int32 operand of axes, each in ``[-rank, rank)``."""
+    t = ctx.tensor(i)
+    if t.data is None or t.dtype != "int32":
+        raise ctx.fail(f"{what} '{t.name}' must be a constant int32 tensor, got "
+                       f"{'a computed ' if t.data is None else ''}{t.dtype}")
+    values = [int(v) for v in t.data.reshape(-1)]
+    for v in values:
+        if not -rank <= v < rank:
+            raise ctx.fail(f"{what} {v} is out of range for input '{ctx.tensor(0).name}' of "
+                           f"rank {rank}")
+    return values
+
+
+def _check_mean(ctx: _OpContext) -> None:
+    x = ctx.tensor(0)
+    axes = sorted({a % len(x.shape) for a in _axis_values(ctx, 1, "axis", len(x.shape))})
+    keep = bool(ctx.op.options.get("keep_dims", False))
+    shape = [1 if k in axes else d for k, d in enumerate(x.shape) if keep or k not in axes]
+    _check_shape_is(ctx, shape)
+
+
+def _check_pool(ctx: _OpContext) -> None:
+    x = ctx.tensor(0)
+    _rank(ctx, x, (4,), "input")
+    _options(ctx, "stride_h", "stride_w", "filter_height", "filter_width")
+    o = ctx.op.options
+    kernel = (int(o.get("filter_height", 1)), int(o.get("filter_width", 1)))
+    stride = (int(o.get("stride_h", 1)), int(o.get("stride_w", 1)))
+    pads = same_padding(o.get("padding", "VALID"), x.shape[1:3], kernel, stride)
+    _check_shape_is(ctx, (x.shape[0], output_size(x.shape[1], kernel[0], stride[0], 1, *pads[:2]),
+                          output_size(x.shape[2], kernel[1], stride[1], 1, *pads[2:]),
+                          x.shape[3]))
+
+
+def _check_pad(ctx: _OpContext) -> None:
+    x, p = ctx.tensor(0), ctx.tensor(1)
+    if p.data is None or p.dtype not in ("int32", "int64") or p.data.shape != (len(x.shape), 2):
+        raise ctx.fail(f"paddings '{p.name}' must be a constant int32 tensor of shape "
+                       f"[{len(x.shape)}, 2], got {p.dtype} {list(p.shape)}")
+    if np.any(p.data < 0):
+        raise ctx.fail(f"paddings '{p.name}' are negative ({p.data.tolist()})")
+    value = ctx.tensor(2)
+    if value is not None and (value.data is None or value.size != 1 or value.dtype != x.dtype):
+        raise ctx.fail(f"constant value '{value.name}' must be one constant {x.dtype}")
+    _check_type_kept(ctx)
+    _check_shape_is(ctx, [d + int(a) + int(b) for d, (a, b) in zip(x.shape, p.data)])
+
+
+def _check_type_kept(ctx: _OpContext) -> None:
+    """Data movement: the output has the input's type (and int8 quantization)."""
+    x, out = ctx.tensor(0), ctx.out
+    if out.dtype != x.dtype:
+        raise ctx.fail(f"output '{out.name}' is {out.dtype}, input '{x.name}' {x.dtype}")
+    if x.dtype == "int8" and x.quant is not None and out.quant is not None and (
+            x.quant.scalar_scale, x.quant.scalar_zero_point) != (
+            out.quant.scalar_scale, out.quant.scalar_zero_point):
+        raise ctx.fail(f"output '{out.name}' is quantized unlike input '{x.name}'; TFLite "
+                       "copies the values unchanged")
+
+
+def _check_reshape(ctx: _OpContext) -> None:
+    x, out = ctx.tensor(0), ctx.out
+    if out.size != x.size:
+        raise ctx.fail(f"output '{out.name}' {list(out.shape)} has {counted(out.size, 'element')}"
+                       f", input '{x.name}' {list(x.shape)} {x.size}")
+
+
+def _check_transpose(ctx: _OpContext) -> None:
+    x = ctx.tensor(0)
+    perm = _axis_values(ctx, 1, "perm", len(x.shape))
+    if sorted(perm) != list(range(len(x.shape))):
+        raise ctx.fail(f"perm {perm} is not a permutation of the {len(x.shape)} input axes")
+    _check_type_kept(ctx)
+    _check_shape_is(ctx, [x.shape[p] for p in perm])
+
+
+def _check_concatenation(ctx: _OpContext) -> None:
+    out = ctx.out
+    rank = len(out.shape)
+    axis = int(ctx.op.options.get("axis", 0))
+    if not -rank <= axis < rank:
+        raise ctx.fail(f"axis {axis} is out of range for output '{out.name}' of rank {rank}")
+    axis %= rank
+    _options(ctx)
+    parts = [ctx.tensor(k) for k in range(len(ctx.op.inputs))]
+    for t in parts:
+        if len(t.shape) != rank or any(d != e for k, (d, e) in enumerate(zip(t.shape, out.shape))
+                                       if k != axis):
+            raise ctx.fail(f"input '{t.name}' {list(t.shape)} does not concatenate into "
+                           f"output '{out.name}' {list(out.shape)} along axis {axis}")
+        if t.dtype != out.dtype:
+            raise ctx.fail(f"input '{t.name}' is {t.dtype}, output '{out.name}' {out.dtype}")
+        if out.dtype == "int8" and t.quant is not None and out.quant is not None and (
+                t.quant.scalar_scale, t.quant.scalar_zero_point) != (
+                out.quant.scalar_scale, out.quant.scalar_zero_point):
+            raise ctx.fail(f"input '{t.name}' is quantized unlike output '{out.name}'; TFLite "
+                           "Micro concatenates int8 values unchanged")
+    _check_shape_is(ctx, [sum(t.shape[axis] for t in parts) if k == axis else d
+                          for k, d in enumerate(out.shape)])
+
+
+def _check_resize_nearest(ctx: _OpContext) -> None:
+    x, size = ctx.tensor(0), ctx.tensor(1)
+    _rank(ctx, x, (4,), "input")
+    if size.data is None or size.dtype != "int32" or size.size != 2 or np.any(size.data < 1):
+        raise ctx.fail(f"size '{size.name}' must be a constant int32 vector of 2 positive "
+                       "values")
+    oh, ow = (int(v) for v in size.data.reshape(-1))
+    _check_shape_is(ctx, (x.shape[0], oh, ow, x.shape[3]))
+
+
+def _check_same_shape(ctx: _OpContext) -> None:
+    """Elementwise operators (activations, QUANTIZE, DEQUANTIZE, SOFTMAX)."""
+    x = ctx.tensor(0)
+    if not x.shape and ctx.op.op == "SOFTMAX":
+        raise ctx.fail(f"input '{x.name}' is a scalar; SOFTMAX needs at least one axis")
+    _check_shape_is(ctx, x.shape)
+
+
+_CHECKS: dict[str, Callable[[_OpContext], None]] = {
+    "CONV_2D": _check_conv, "DEPTHWISE_CONV_2D": _check_conv,
+    "FULLY_CONNECTED": _check_fully_connected, "ADD": _check_binary, "MUL": _check_binary,
+    "MEAN": _check_mean, "AVERAGE_POOL_2D": _check_pool, "MAX_POOL_2D": _check_pool,
+    "PAD": _check_pad, "PADV2": _check_pad, "RESHAPE": _check_reshape,
+    "TRANSPOSE": _check_transpose, "CONCATENATION": _check_concatenation,
+    "STRIDED_SLICE": lambda ctx: None,      # strided_slice_params validates it completely
+    "RESIZE_NEAREST_NEIGHBOR": _check_resize_nearest,
+}
 
 
 def conv_params(model: TFLiteModel, op: Operator) -> ConvParams:
@@ -878,9 +1250,6 @@ def conv_params(model: TFLiteModel, op: Operator) -> ConvParams:
     weights = ctx.const(1, "weights")
     if op.op == "DEPTHWISE_CONV_2D":
         _, kh, kw, cout = weights.shape
-        if cout % x.shape[3]:
-            raise ctx.unsupported(f"{cout} output channels are not a multiple of "
-                                  f"{x.shape[3]} input channels")
     else:
         cout, kh, kw, _ = weights.shape
     stride = (o.get("stride_h", 1), o.get("stride_w", 1))
@@ -892,9 +1261,11 @@ def conv_params(model: TFLiteModel, op: Operator) -> ConvParams:
     _check_shape(ctx, (x.shape[0], output_size(x.shape[1], kh, stride[0], dilation[0],
                                                *padding[:2]),
                        output_size(x.shape[2], kw, stride[1], dilation[1], *padding[2:]), cout))
-    return ConvParams(stride, dilation, padding, in_zp,
-                      conv_requant(in_scale, filter_scales, out_scale, out_zp,
-                                   ctx.activation()))
+    try:
+        requant = conv_requant(in_scale, filter_scales, out_scale, out_zp, ctx.activation())
+    except ReferenceError as e:
+        raise ctx.fail(str(e)) from None
+    return ConvParams(stride, dilation, padding, in_zp, requant)
 
 
 def _prep_conv(ctx: _OpContext) -> Kernel:
@@ -927,7 +1298,8 @@ def strided_slice_params(model: TFLiteModel, op: Operator, runtime: str = TFLM
             raise ReferenceError(f"{ctx.where}: {mask}={o[mask]} is not supported (TFLite Micro "
                                  "ignores it, so its result would differ from TFLite's)")
     if len(op.inputs) != 4 or x is None:
-        raise ctx.unsupported(f"{len(op.inputs)} inputs (expected input, begin, end, strides)")
+        raise ctx.unsupported(f"{counted(len(op.inputs), 'input')} (expected input, begin, end, "
+                              "strides)")
     if x.dtype not in _STRIDED_SLICE_TYPES:
         raise ctx.unsupported(f"tensor '{x.name}' is {x.dtype} (TFLite Micro slices "
                               f"{', '.join(_STRIDED_SLICE_TYPES)})")
@@ -941,7 +1313,8 @@ def strided_slice_params(model: TFLiteModel, op: Operator, runtime: str = TFLM
     for i, what in ((1, "begin"), (2, "end"), (3, "strides")):
         data = ctx.const(i, what)
         if ctx.tensor(i).dtype != "int32" or data.ndim != 1 or data.size != len(x.shape):
-            raise ctx.unsupported(f"{what} must be an int32 vector of {len(x.shape)} values "
+            raise ctx.unsupported(f"{what} must be an int32 vector of "
+                                  f"{counted(len(x.shape), 'value')} "
                                   f"(one per input axis), got {ctx.tensor(i).dtype} "
                                   f"{list(data.shape)}")
         vectors.append([int(v) for v in data])
@@ -972,12 +1345,7 @@ def _prep_fully_connected(ctx: _OpContext) -> Kernel:
     x, w, out = ctx.tensor(0), ctx.tensor(1), ctx.out
     ctx.int8(x, w, out)
     weights = ctx.const(1, "weights")
-    if weights.ndim != 2:
-        raise ctx.unsupported(f"weights of rank {weights.ndim} (expected 2)")
     units, depth = weights.shape
-    if x.size % depth:
-        raise ReferenceError(f"{ctx.where}: input of {x.size} elements is not a multiple of "
-                             f"the weights' depth {depth}")
     in_scale, in_zp = ctx.scale_zp(x)
     out_scale, out_zp = ctx.scale_zp(out)
     act = activation_range(ctx.activation(), out_scale, out_zp)
@@ -1172,6 +1540,17 @@ _PREPARE: dict[str, Callable[[_OpContext], Kernel]] = {
 SUPPORTED_OPS = frozenset(_PREPARE)
 
 
+def _prepare(ctx: _OpContext) -> Kernel:
+    """The operator's kernel; a refusal of a shared helper (multiplier, window, ...) gets the
+    operator's name."""
+    try:
+        return _PREPARE[ctx.op.op](ctx)
+    except ReferenceError as e:
+        if str(e).startswith(ctx.where):
+            raise
+        raise ctx.fail(str(e)) from None
+
+
 class Interpreter:
     """Runs a model with the kernels above. Parameters are prepared once, at construction
     (raising :class:`UnsupportedOperatorError` or :class:`ReferenceError` up front).
@@ -1185,10 +1564,10 @@ class Interpreter:
         if runtime not in RUNTIMES:
             raise ValueError(f"unknown runtime {runtime!r} (use one of {RUNTIMES})")
         check_operators(model, SUPPORTED_OPS, "reference interpreter")
+        validate(model)
         self.model = model
         self.runtime = runtime
-        self._kernels = [_PREPARE[op.op](_OpContext(model, op, runtime))
-                         for op in model.operators]
+        self._kernels = [_prepare(_OpContext(model, op, runtime)) for op in model.operators]
 
     def _feed(self, inputs) -> dict[int, np.ndarray]:
         model = self.model
@@ -1204,8 +1583,8 @@ class Interpreter:
             inputs = [inputs[i] for i in model.inputs]
         inputs = list(inputs)
         if len(inputs) != len(model.inputs):
-            raise ReferenceError(f"{model.source}: {len(inputs)} inputs given, the model has "
-                                 f"{len(model.inputs)}")
+            raise ReferenceError(f"{model.source}: {counted(len(inputs), 'input')} given, the "
+                                 f"model has {len(model.inputs)}")
         values: dict[int, np.ndarray] = {}
         for i, arr in zip(model.inputs, inputs):
             t = model.tensors[i]

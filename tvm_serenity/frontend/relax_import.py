@@ -59,6 +59,7 @@ from tvm.script import relax as R
 from ..graph import unique_name
 from . import reference as ref
 from .reference import table_of
+from ..text import counted
 from .tflite_model import Operator, TFLiteModel, check_operators, load_tflite
 from .to_graph import GRAPH_OPS
 
@@ -563,8 +564,9 @@ def _lower_table(kernel_of: Callable[[_Op], Callable[[np.ndarray], np.ndarray]])
 
 def _lower_softmax(c: _Op):
     if c.tensor(0).shape[-1] >= 1 << 12:     # the sum of 2^19-sized terms must fit in int32
-        raise ref.ReferenceError(f"{c.model.source}: operator {c.op.index} (SOFTMAX) over "
-                                 f"{c.tensor(0).shape[-1]} values overflows TFLite's int32 sum")
+        raise ref.ReferenceError(f"{c.model.where(c.op)} over "
+                                 f"{counted(c.tensor(0).shape[-1], 'value')} overflows TFLite's "
+                                 "int32 sum")
     params = ref.softmax_params(c.op.options.get("beta", 1.0), c.scale_zp(0)[0])
     return lambda x: softmax_int8(x, params)
 

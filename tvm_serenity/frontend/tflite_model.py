@@ -19,6 +19,8 @@ constant data whose size does not match its shape) raises :class:`TFLiteError` n
 and the problem; the flatbuffer library's own exceptions never escape. Operators a consumer
 cannot handle are reported with :class:`UnsupportedOperatorError` (see
 :func:`check_operators`), which names the operator and its index so callers may fall back.
+Whether the operators are well formed (what TFLite Micro's ``Prepare`` checks) is
+:func:`.reference.validate`'s business: reading only checks the file.
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from ..errors import SerenityError
+from ..text import counted
 
 __all__ = ["TFLiteError", "UnsupportedOperatorError", "Quantization", "Tensor", "Operator",
-           "TFLiteModel", "load_tflite", "parse_tflite", "check_operators", "BUILTIN_OPS",
-           "TENSOR_TYPES", "FILE_IDENTIFIER"]
+           "TFLiteModel", "load_tflite", "parse_tflite", "check_operators",
+           "BUILTIN_OPS", "TENSOR_TYPES", "FILE_IDENTIFIER"]
 
 FILE_IDENTIFIER = b"TFL3"
 
@@ -163,6 +166,18 @@ class TFLiteModel:
     def tensor(self, index: int) -> Tensor:
         return self.tensors[index]
 
+    def operator(self, index: int) -> Operator:
+        """The operator whose index in the file is ``index`` (a model derived from another,
+        e.g. an integer core without its float edges, keeps the file's numbering)."""
+        for op in self.operators:
+            if op.index == index:
+                return op
+        raise KeyError(f"{self.source}: no operator {index}")
+
+    def where(self, op: Operator) -> str:
+        """``"<source>: operator 12 (CONV_2D)"``: how every message names an operator."""
+        return f"{self.source}: operator {op.index} ({op.op})"
+
     def consumers(self) -> dict[int, list[int]]:
         """Tensor index -> indices of the operators that read it, in stored order."""
         out: dict[int, list[int]] = {}
@@ -271,7 +286,7 @@ class _Reader:
         for v in vals:
             if not lo <= v < n_tensors:
                 raise self.fail(f"{what}: tensor index {v} out of range (model has "
-                                f"{n_tensors} tensors)")
+                                f"{counted(n_tensors, 'tensor')})")
         return vals
 
     def tensor(self, model, t_fb, index: int, n_buffers: int) -> Tensor:
@@ -290,7 +305,8 @@ class _Reader:
         data = None
         b = t_fb.Buffer()
         if not 0 <= b < max(n_buffers, 1):
-            raise self.fail(f"{where}: buffer index {b} out of range ({n_buffers} buffers)")
+            raise self.fail(f"{where}: buffer index {b} out of range "
+                            f"({counted(n_buffers, 'buffer')})")
         raw = self.buffer_bytes(model.Buffers(b), where) if n_buffers else b""
         if raw:
             try:
@@ -300,7 +316,7 @@ class _Reader:
                                 "supported (no numpy equivalent)") from None
             count = int(np.prod(shape, dtype=np.int64))
             if len(raw) != count * np_dtype.itemsize:
-                raise self.fail(f"{where}: constant data has {len(raw)} bytes, shape "
+                raise self.fail(f"{where}: constant data has {counted(len(raw), 'byte')}, shape "
                                 f"{list(shape)} of {dtype} needs {count * np_dtype.itemsize}")
             data = np.frombuffer(raw, dtype=np_dtype).astype(np_dtype.newbyteorder("="))
             data = data.reshape(shape)
@@ -329,8 +345,8 @@ class _Reader:
         zero_point = (np.asarray(zp, dtype=np.int64) if isinstance(zp, np.ndarray) and zp.size
                       else np.zeros(scale.size, dtype=np.int64))
         if zero_point.size != scale.size:
-            raise self.fail(f"{where}: {scale.size} quantization scales but "
-                            f"{zero_point.size} zero points")
+            raise self.fail(f"{where}: {counted(scale.size, 'quantization scale')} but "
+                            f"{counted(zero_point.size, 'zero point')}")
         axis = q_fb.QuantizedDimension()
         if scale.size > 1 and not (0 <= axis < len(shape) and shape[axis] == scale.size):
             raise self.fail(f"{where}: {scale.size} per-channel scales do not match axis {axis} "
@@ -345,7 +361,7 @@ class _Reader:
         ci = op_fb.OpcodeIndex()
         if not 0 <= ci < len(codes):
             raise self.fail(f"operator {index}: opcode index {ci} out of range "
-                            f"({len(codes)} operator codes)")
+                            f"({counted(len(codes), 'operator code')})")
         op, version = codes[ci]
         where = f"operator {index} ({op})"
         inputs = self.indices(op_fb.InputsAsNumpy(), n_tensors, f"{where} inputs", True)
@@ -430,5 +446,5 @@ def check_operators(model: TFLiteModel, supported: Iterable[str], consumer: str)
         others = sorted({op.op for op in bad} - {first.op})
         more = f" (also unsupported: {', '.join(others)})" if others else ""
         raise UnsupportedOperatorError(
-            f"{model.source}: operator {first.index} ({first.op}) is not supported by the "
-            f"{consumer}{more}", first.op, first.index)
+            f"{model.where(first)} is not supported by the {consumer}{more}", first.op,
+            first.index)

@@ -16,6 +16,9 @@ op-specific geometry below. Op names follow :mod:`tvm_serenity.zoo`: ``conv2d``,
   ``begin_mask``, ``end_mask``, ``shrink_axis_mask`` (and ``offset`` when set), shapes;
 * others: ``in_shapes``/``out_shape`` and their parameters (``axis``, ``perm``, ...).
 
+The model is first checked by :func:`.reference.validate` (what TFLite Micro's ``Prepare``
+refuses is refused here, naming the operator), so the geometry read below is consistent.
+
 In-place flags (graph IR semantics, docs/rip.md): convolutions, depthwise convolutions, pooling,
 global MEAN (axes 1 and 2) and FULLY_CONNECTED get ``inplace = rip_workspace_bytes(...)`` (the
 Right In-Place workspace; pooling and MEAN as depthwise windows); elementwise operators whose
@@ -42,7 +45,8 @@ import numpy as np
 
 from ..graph import Graph, Node
 from ..rip import rip_workspace_bytes
-from .reference import same_padding
+from .reference import same_padding, validate
+from ..text import counted
 from .tflite_model import Operator, TFLiteModel, UnsupportedOperatorError, load_tflite
 
 __all__ = ["tflite_to_graph", "foldable_pads", "GRAPH_OPS"]
@@ -88,7 +92,7 @@ def foldable_pads(model: TFLiteModel) -> dict[int, tuple[int, int, int, int]]:
             value = model.tensors[op.inputs[2]].data
             if value is None or int(value.reshape(-1)[0]) != dst.quant.scalar_zero_point:
                 continue
-        readers = [model.operators[i] for i in consumers.get(op.outputs[0], [])]
+        readers = [model.operator(i) for i in consumers.get(op.outputs[0], [])]
         if readers and all(r.op in _CONVS and r.inputs[0] == op.outputs[0]
                            and op.outputs[0] not in r.inputs[1:] for r in readers):
             out[op.index] = pads
@@ -100,6 +104,7 @@ def tflite_to_graph(model: TFLiteModel | str | os.PathLike, fold_pad: bool = Tru
     """The graph IR of ``model`` (a :class:`TFLiteModel` or a ``.tflite`` path)."""
     if not isinstance(model, TFLiteModel):
         model = load_tflite(model)
+    validate(model)
     folded = foldable_pads(model) if fold_pad else {}
     node_of: dict[int, str] = {}           # activation tensor index -> producing node name
     extra_pad: dict[int, tuple[int, int, int, int]] = {}   # tensor read through a folded PAD
@@ -117,16 +122,16 @@ def tflite_to_graph(model: TFLiteModel | str | os.PathLike, fold_pad: bool = Tru
             continue
         if len(op.outputs) != 1:
             raise UnsupportedOperatorError(
-                f"{model.source}: operator {op.index} ({op.op}) has {len(op.outputs)} outputs; "
-                "the graph IR needs one tensor per node", op.op, op.index)
+                f"{model.where(op)} has {counted(len(op.outputs), 'output')}; the graph IR "
+                "needs one tensor per node", op.op, op.index)
         inputs = []
         for i in op.inputs:
             if i < 0 or model.tensors[i].data is not None:
                 continue
             if i not in node_of:
                 raise UnsupportedOperatorError(
-                    f"{model.source}: operator {op.index} ({op.op}) reads tensor {i} "
-                    f"('{model.tensors[i].name}'), which no operator writes", op.op, op.index)
+                    f"{model.where(op)} reads tensor {i} ('{model.tensors[i].name}'), which "
+                    "no operator writes", op.op, op.index)
             inputs.append(node_of[i])
         nodes.append(_node(model, op, tuple(inputs), extra_pad))
         node_of[op.outputs[0]] = nodes[-1].name
