@@ -62,3 +62,47 @@ def test_invalid_graph_file_exit_2_without_traceback(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr == "tvm-serenity: error: node 'y': unknown input 'ghost'\n"
     assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "-inf"])
+def test_schedule_refuses_a_bad_time_limit_in_one_line(value, cell_file, capsys):
+    assert main(["schedule", str(cell_file), f"--time-limit={value}"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"tvm-serenity: error: --time-limit must be a finite number of seconds "
+                   f">= 0, got {float(value)!r}\n")
+
+
+def test_schedule_save_graph_to_a_directory_or_missing_folder(cell_file, tmp_path, capsys):
+    for target, reason in ((tmp_path, "Is a directory"),
+                           (tmp_path / "no" / "g.json", "No such file or directory")):
+        assert main(["schedule", str(cell_file), "--save-graph", str(target)]) == 2
+        err = capsys.readouterr().err
+        assert err == f"tvm-serenity: error: cannot write graph file '{target}': {reason}\n"
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda g: g["nodes"][1].update(name="c1\x1b[2J", ), "nodes[1]: field 'name' contains"),
+    (lambda g: g["nodes"][1].update(name="c\ud800"), "nodes[1]: field 'name' contains"),
+    (lambda g: g["nodes"][1].update(bytes=2 ** 62), "field 'bytes' must be at most 2^40"),
+])
+def test_schedule_refuses_graphs_the_solvers_or_terminal_cannot_take(change, message,
+                                                                      tmp_path, capsys):
+    obj = json.loads(json.dumps(CELL))
+    change(obj)
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(obj))          # ensure_ascii: escapes, as a fuzzer writes them
+    assert main(["schedule", str(path), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and err[:-1].isprintable()
+
+
+def test_schedule_accepts_a_dag_listed_out_of_order(tmp_path, capsys):
+    obj = json.loads(json.dumps(CELL))
+    obj["nodes"].reverse()                    # every node before its inputs
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(obj))
+    assert main(["schedule", str(path), "--method", "stored", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    graph = Graph.from_json(CELL)
+    assert out["order"] == graph.op_names     # the stable topological order of the file
+    assert out["peak_bytes"] == simulate(graph, out["order"]).peak_bytes

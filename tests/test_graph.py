@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from graphgen import random_graph
-from tvm_serenity.graph import Graph, GraphError
+from tvm_serenity.graph import Graph, GraphError, Node
 
 CELL = {"name": "cell", "nodes": [
     {"name": "x", "op": "input", "inputs": [], "bytes": 3072, "shape": [1, 32, 32, 3],
@@ -135,3 +135,104 @@ def test_mutated_valid_json_gives_graph_errors_only():
             Graph.loads("".join(chars))
         except GraphError:
             pass
+
+
+# ------------------------------------------------------------------- order, limits, names
+def test_out_of_order_dag_is_accepted_in_a_stable_topological_order():
+    # y reads a and b; a is listed after its reader, b before; x last of all.
+    obj = with_nodes(node("y", ["a", "b"]), node("b", ["x"]), node("a", ["x"]),
+                     node("x", op="input"))
+    g = Graph.from_json(obj)
+    stored = list(g.nodes)
+    position = {n: i for i, n in enumerate(stored)}
+    for n, nd in g.nodes.items():
+        assert all(position[s] < position[n] for s in nd.inputs)
+    # Stable: among the orders that respect the edges, the one keeping the file's relative
+    # order wherever possible (each step takes the ready node listed first).
+    file_order = [n["name"] for n in obj["nodes"]]
+    expected, ready_done = [], set()
+    while len(expected) < len(file_order):
+        nxt = next(n for n in file_order if n not in ready_done and
+                   all(s in ready_done for s in g.nodes[n].inputs))
+        expected.append(nxt)
+        ready_done.add(nxt)
+    assert stored == expected == ["x", "b", "a", "y"]
+    assert g.op_names == ["b", "a", "y"]
+    # A file already in topological order keeps it exactly.
+    assert list(Graph.from_json(g.to_json()).nodes) == stored
+
+
+def test_out_of_order_cycle_is_still_refused_naming_it():
+    obj = with_nodes(node("y", ["c"]), node("c", ["b"]), node("b", ["c", "x"]),
+                     node("x", op="input"))
+    with pytest.raises(GraphError, match=r"on a cycle \((b -> c|c -> b) -> (b|c)\)"):
+        Graph.from_json(obj)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("bytes", 2 ** 62, r"node 'y': field 'bytes' must be at most 2\^40, got 4611686018427387904"),
+    ("bytes", 10 ** 4000, r"node 'y': field 'bytes' must be at most 2\^40, got about 2\^13287"),
+    ("inplace", {"workspace_bytes": 2 ** 41},
+     r"node 'y': inplace workspace_bytes must be at most 2\^40"),
+])
+def test_sizes_beyond_what_the_solvers_take_are_refused(field, value, message):
+    obj = with_nodes(node("x", op="input"), node("y", ["x"], **{field: value}))
+    with pytest.raises(GraphError, match=message) as info:
+        Graph.from_json(obj)
+    assert "\n" not in str(info.value)
+
+
+def test_total_bytes_beyond_the_limit_name_the_node_that_crosses_it():
+    obj = with_nodes(node("x", op="input", nbytes=2 ** 39), node("a", ["x"], nbytes=2 ** 39),
+                     node("y", ["a"], nbytes=1))
+    with pytest.raises(GraphError, match=r"node 'y': the graph's tensors reach "
+                                         r"1099511627777 bytes together"):
+        Graph.from_json(obj)
+
+
+def test_a_5000_digit_integer_is_one_parse_error():
+    text = '{"nodes": [{"name": "x", "op": "input", "bytes": ' + "9" * 5000 + '}], "outputs": []}'
+    with pytest.raises(GraphError, match="graph JSON does not parse: Exceeds the limit") as info:
+        Graph.loads(text)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("bad", ["a\nb", "\x1b[31mred", "tab\there", "\u2028", "\ud800"])
+def test_control_characters_and_lone_surrogates_in_names_are_refused(bad):
+    obj = with_nodes(node("x", op="input"), node(bad, ["x"]), outputs=(bad,))
+    with pytest.raises(GraphError, match=r"^nodes\[1\]: field 'name' contains the control or "
+                                         r"surrogate character U\+[0-9A-F]{4}$") as info:
+        Graph.loads(json.dumps(obj))          # json.dumps escapes: the loader decodes them
+    assert str(info.value).isprintable()
+    # In inputs, ops and outputs too; printable messages everywhere.
+    for obj in (with_nodes(node("x", op="input"), node("y", [bad])),
+                with_nodes(node("x", op="input"), node("y", ["x"], op=bad)),
+                with_nodes(node("x", op="input"), node("y", ["x"]), outputs=(bad,))):
+        with pytest.raises(GraphError) as info:
+            Graph.from_json(obj)
+        assert str(info.value).isprintable()
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: Graph([{"name": "x"}], ["x"]), r"nodes\[0\]: must be a Node, got dict"),
+    (lambda: Graph("xy", ["x"]), r"nodes must be a list of Node, got str"),
+    (lambda: Graph([Node("x", "input", (), 1), Node("y", "relu", ("x",), 1)], "y"),
+     r"'outputs' must be a list of node names"),
+    (lambda: Graph([Node("x", "input", (), 1), Node("y", "relu", "x", 1)], ["y"]),
+     r"node 'y': field 'inputs' must be a tuple of node names"),
+    (lambda: Graph([Node("x", "input", (), 1), Node("y", "relu", ("x",), 1.5)], ["y"]),
+     r"node 'y': field 'bytes' must be an integer, got 1.5"),
+    (lambda: Graph([Node("x", "input", (), 1), Node("y", "relu", ("x",), 1)], ["y"], name=3),
+     r"graph: field 'name' must be a non-empty string"),
+])
+def test_python_api_refuses_wrong_types_with_graph_errors(make, message):
+    with pytest.raises(GraphError, match=message):
+        make()
+
+
+def test_save_to_a_directory_or_missing_folder_is_one_graph_error(tmp_path):
+    g = Graph.from_json(CELL)
+    for target, reason in ((tmp_path, "Is a directory"),
+                           (tmp_path / "missing" / "g.json", "No such file or directory")):
+        with pytest.raises(GraphError, match=f"cannot write graph file '.*': {reason}$"):
+            g.save(target)

@@ -152,11 +152,11 @@ def test_cuts_split_every_order_into_the_same_blocks():
         model = MemoryModel(graph)
         parts = segments(model)
         assert len(parts) >= 2
-        assert sum(p.bit_count() for p in parts) == len(graph.op_names)
+        assert sum(len(p) for p in parts) == len(graph.op_names)
         position = {}
-        for k, mask in enumerate(parts):
-            for name in model.names_of(mask):
-                position[name] = k
+        for k, seg in enumerate(parts):
+            for v in seg:
+                position[model.names[v]] = k
         for order in all_topological_orders(graph):
             blocks = [position[name] for name in order]
             assert blocks == sorted(blocks), order       # segment k strictly before k+1
@@ -168,7 +168,8 @@ def test_cut_nodes_on_a_diamond_and_a_chain():
              Node("e", "conv", ("d",), 1)]
     model = MemoryModel(Graph(nodes, ["e"]))
     assert model.names_of(sum(1 << v for v in cut_nodes(model))) == ["a", "d", "e"]
-    assert [model.names_of(s) for s in segments(model)] == [["a"], ["b", "c", "d"], ["e"]]
+    assert [[model.names[v] for v in s] for s in segments(model)] == [["a"], ["b", "c", "d"],
+                                                                        ["e"]]
     # A graph output hanging off the side: b is no cut (c is not its ancestor or descendant).
     side = [Node("x", "input", (), 1), Node("a", "conv", ("x",), 1), Node("b", "conv", ("a",), 1),
             Node("c", "conv", ("a",), 1)]
@@ -316,6 +317,7 @@ def test_hand_checked_diamond():
                                                                       True), method
 
 
+@pytest.mark.slow
 def test_cli_ctrl_c_returns_the_best_order_found(tmp_path):
     """The first Ctrl-C stops the search like its deadline: best order, optimal false, gap."""
     path = tmp_path / "wide.json"
@@ -323,7 +325,9 @@ def test_cli_ctrl_c_returns_the_best_order_found(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "tvm_serenity.cli", "schedule", str(path),
                              "--method", "serenity", "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(8)                       # start-up, then well inside the (unbounded) search
+    # Start-up takes up to ~12 s on a loaded machine (TVM is imported); the search then runs
+    # for half the default time limit (30 s): 20 s is inside it either way.
+    time.sleep(20)
     assert proc.poll() is None, proc.communicate()
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)

@@ -22,21 +22,57 @@ The interchange JSON (stable)::
      "outputs": ["y"]}
 
 ``Graph.from_json`` validates everything and raises :class:`GraphError` with a one-line
-message naming the offending node or field; it never returns a malformed graph.
+message naming the offending node or field; it never returns a malformed graph. So does
+``Graph(nodes, outputs, name)`` for graphs built in Python.
+
+* Order: nodes may be listed in any order that is a DAG. The *stored* order (``graph.nodes``,
+  the ``stored`` schedule, ``to_json``) is a stable topological order: the given order where
+  it is one, otherwise each node moves just late enough to follow its inputs (Kahn's algorithm
+  taking the ready node listed first). A cycle is refused, naming it.
+* Limits: every ``bytes`` and ``workspace_bytes`` is an integer in ``[0, 2^40]`` and all
+  tensors' bytes together are at most ``2^40`` (1 TiB), at most ``2^20`` nodes: what the
+  arena solver's 64-bit model holds with room (``arena * (shifts + 1)`` stays below 2^62).
+* Names (graph, nodes, ops, inputs, outputs, dtype) are non-empty strings without control
+  characters (newline, ESC, ...), line separators or lone surrogates: such a name is refused
+  at load, the node named by its index (``nodes[3]``), so that every message and every line
+  of text output stays one printable line.
 """
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from .errors import SerenityError
 
-__all__ = ["GraphError", "Node", "Graph", "INPUT_OP", "unique_name"]
+__all__ = ["GraphError", "Node", "Graph", "INPUT_OP", "unique_name", "MAX_BYTES", "MAX_NODES"]
 
 INPUT_OP = "input"
+MAX_BYTES = 2 ** 40     # per tensor and workspace, and all tensors together (module docstring)
+MAX_NODES = 2 ** 20
+
+# Characters that would break the one-line rule of error messages and text output, or cannot
+# be encoded: C0/C1 controls (newline, ESC, ...), line/paragraph separators, lone surrogates.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def _check_text(where: str, field: str, value) -> None:
+    """GraphError unless ``value`` is a non-empty string of printable characters."""
+    if not isinstance(value, str) or not value:
+        raise GraphError(f"{where}: field '{field}' must be a non-empty string")
+    bad = _UNPRINTABLE.search(value)
+    if bad:
+        raise GraphError(f"{where}: field '{field}' contains the control or surrogate "
+                         f"character U+{ord(bad.group()):04X}")
+
+
+def _number(value: int) -> str:
+    """An integer for a message; huge ones by magnitude (str() refuses over 4300 digits)."""
+    return str(value) if abs(value) < 10 ** 30 else f"about 2^{abs(value).bit_length() - 1}"
 
 
 def unique_name(base: str, taken, *, start: int = 2, sep: str = "_") -> str:
@@ -88,43 +124,68 @@ class Node:
 
 
 class Graph:
-    """A validated, immutable DAG of :class:`Node` in stored (frontend) order."""
+    """A validated, immutable DAG of :class:`Node` in stored order (a topological order)."""
 
     def __init__(self, nodes: Iterable[Node], outputs: Iterable[str], name: str = "graph"):
+        _check_text("graph", "name", name)
         self.name = name
+        if isinstance(nodes, (str, bytes, Mapping)) or not isinstance(nodes, Iterable):
+            raise GraphError(f"graph '{name}': nodes must be a list of Node, "
+                             f"got {type(nodes).__name__}")
         node_list = list(nodes)
         if not node_list:
             raise GraphError(f"graph '{name}': has no nodes")
-        self.nodes: dict[str, Node] = {}
-        for node in node_list:
-            if node.name in self.nodes:
+        if len(node_list) > MAX_NODES:
+            raise GraphError(f"graph '{name}': {len(node_list)} nodes, more than the limit of "
+                             f"{MAX_NODES}")
+        given: dict[str, Node] = {}
+        for i, node in enumerate(node_list):
+            if not isinstance(node, Node):
+                raise GraphError(f"nodes[{i}]: must be a Node, got {type(node).__name__}")
+            _check_text(f"nodes[{i}]", "name", node.name)
+            if node.name in given:
                 raise GraphError(f"node '{node.name}': duplicate name")
-            self.nodes[node.name] = node
+            given[node.name] = node
+        if isinstance(outputs, (str, bytes, Mapping)) or not isinstance(outputs, Iterable):
+            raise GraphError(f"graph '{name}': 'outputs' must be a list of node names")
         self.outputs: tuple[str, ...] = tuple(outputs)
+        for k, out in enumerate(self.outputs):
+            _check_text(f"graph '{name}'", f"outputs[{k}]", out)
+        self.nodes = given
         self._validate()
-        self.consumers: dict[str, tuple[str, ...]] = {n: () for n in self.nodes}
+        self.nodes = self._topological(node_list)
         acc: dict[str, list[str]] = {n: [] for n in self.nodes}
-        for node in node_list:
+        for node in self.nodes.values():
             for src in dict.fromkeys(node.inputs):
                 acc[src].append(node.name)
-        self.consumers = {n: tuple(c) for n, c in acc.items()}
-        self._check_acyclic()
+        self.consumers: dict[str, tuple[str, ...]] = {n: tuple(c) for n, c in acc.items()}
+        self.derived: dict = {}   # data computed from the graph on demand (memory models)
 
     # ----------------------------------------------------------------------------- validation
     def _validate(self) -> None:
+        total = 0
         for node in self.nodes.values():
             where = f"node '{node.name}'"
-            if not isinstance(node.name, str) or not node.name:
-                raise GraphError(f"node {node.name!r}: name must be a non-empty string")
-            if not isinstance(node.op, str) or not node.op:
-                raise GraphError(f"{where}: field 'op' must be a non-empty string")
+            _check_text(where, "op", node.op)
             if isinstance(node.bytes, bool) or not isinstance(node.bytes, int):
                 raise GraphError(f"{where}: field 'bytes' must be an integer, got {node.bytes!r}")
             if node.bytes < 0:
-                raise GraphError(f"{where}: field 'bytes' is negative ({node.bytes})")
+                raise GraphError(f"{where}: field 'bytes' is negative ({_number(node.bytes)})")
+            if node.bytes > MAX_BYTES:
+                raise GraphError(f"{where}: field 'bytes' must be at most 2^40, got "
+                                 f"{_number(node.bytes)}")
+            total += node.bytes
+            if total > MAX_BYTES:
+                raise GraphError(f"{where}: the graph's tensors reach {_number(total)} bytes "
+                                 f"together, more than the limit of 2^40")
+            if node.dtype is not None:
+                _check_text(where, "dtype", node.dtype)
+            if not isinstance(node.inputs, tuple):
+                raise GraphError(f"{where}: field 'inputs' must be a tuple of node names")
             if node.is_input and node.inputs:
                 raise GraphError(f"{where}: an 'input' node cannot have inputs")
-            for src in node.inputs:
+            for k, src in enumerate(node.inputs):
+                _check_text(where, f"inputs[{k}]", src)
                 if src not in self.nodes:
                     raise GraphError(f"{where}: unknown input '{src}'")
                 if src == node.name:
@@ -139,8 +200,11 @@ class Graph:
                                          f"{{\"workspace_bytes\": int}}, got {ws!r}")
                     need = max(node.bytes, self.nodes[node.inputs[0]].bytes)
                     if ws < need:
-                        raise GraphError(f"{where}: inplace workspace_bytes {ws} is smaller "
-                                         f"than max(input, output) = {need}")
+                        raise GraphError(f"{where}: inplace workspace_bytes {_number(ws)} is "
+                                         f"smaller than max(input, output) = {need}")
+                    if ws > MAX_BYTES:
+                        raise GraphError(f"{where}: inplace workspace_bytes must be at most "
+                                         f"2^40, got {_number(ws)}")
         if all(node.is_input for node in self.nodes.values()):
             raise GraphError(f"graph '{self.name}': has no operators (only inputs)")
         if not self.outputs:
@@ -151,29 +215,39 @@ class Graph:
         if len(set(self.outputs)) != len(self.outputs):
             raise GraphError(f"graph '{self.name}': 'outputs' lists a node twice")
 
-    def _check_acyclic(self) -> None:
-        indegree = {n: len(set(node.inputs)) for n, node in self.nodes.items()}
-        ready = [n for n, d in indegree.items() if d == 0]
-        seen = 0
+    def _topological(self, node_list: list[Node]) -> dict[str, Node]:
+        """The nodes in a stable topological order: the given order wherever it is one (the
+        ready node given first runs first), or GraphError naming a cycle."""
+        position = {node.name: i for i, node in enumerate(node_list)}
+        indegree = [len(set(node.inputs)) for node in node_list]
+        readers: list[list[int]] = [[] for _ in node_list]
+        for i, node in enumerate(node_list):
+            for src in dict.fromkeys(node.inputs):
+                readers[position[src]].append(i)
+        ready = [i for i, d in enumerate(indegree) if d == 0]
+        heapq.heapify(ready)
+        order = []
         while ready:
-            name = ready.pop()
-            seen += 1
-            for c in self.consumers[name]:
+            i = heapq.heappop(ready)
+            order.append(i)
+            for c in readers[i]:
                 indegree[c] -= 1
                 if indegree[c] == 0:
-                    ready.append(c)
-        if seen == len(self.nodes):
-            return
-        # Walk backwards inside the unresolved part until a node repeats: it is on a cycle.
-        stuck = {n for n, d in indegree.items() if d > 0}
-        name = next(iter(stuck))
-        path: list[str] = []
-        while name not in path:
-            path.append(name)
-            name = next(s for s in self.nodes[name].inputs if s in stuck)
-        cycle = path[path.index(name):][::-1]   # we walked against the edges
-        raise GraphError(f"node '{cycle[0]}': on a cycle "
-                         f"({' -> '.join(cycle)} -> {cycle[0]})")
+                    heapq.heappush(ready, c)
+        if len(order) < len(node_list):
+            # Walk backwards inside the unresolved part until a node repeats: it is on a cycle.
+            stuck = {node_list[i].name for i, d in enumerate(indegree) if d > 0}
+            name = next(n.name for n in node_list if n.name in stuck)
+            path: list[str] = []
+            seen: set[str] = set()
+            while name not in seen:
+                path.append(name)
+                seen.add(name)
+                name = next(s for s in self.nodes[name].inputs if s in stuck)
+            cycle = path[path.index(name):][::-1]   # we walked against the edges
+            raise GraphError(f"node '{cycle[0]}': on a cycle "
+                             f"({' -> '.join(cycle)} -> {cycle[0]})")
+        return {node_list[i].name: node_list[i] for i in order}
 
     # ------------------------------------------------------------------------------- queries
     @property
@@ -203,8 +277,11 @@ class Graph:
         return json.dumps(self.to_json(), indent=1)
 
     def save(self, path: str | os.PathLike) -> None:
-        with open(path, "w") as f:
-            f.write(self.dumps())
+        try:
+            with open(path, "w") as f:
+                f.write(self.dumps())
+        except OSError as e:      # a directory, a missing folder, no permission, disk full
+            raise GraphError(f"cannot write graph file '{path}': {e.strerror}") from None
 
     @classmethod
     def from_json(cls, obj: Any) -> "Graph":
@@ -212,8 +289,7 @@ class Graph:
         if not isinstance(obj, dict):
             raise GraphError(f"graph JSON must be an object, got {type(obj).__name__}")
         name = obj.get("name", "graph")
-        if not isinstance(name, str):
-            raise GraphError(f"graph field 'name' must be a string, got {name!r}")
+        _check_text("graph", "name", name)
         nodes_json = obj.get("nodes")
         if not isinstance(nodes_json, list):
             raise GraphError(f"graph '{name}': field 'nodes' must be a list")
@@ -226,8 +302,8 @@ class Graph:
     def loads(cls, text: str) -> "Graph":
         try:
             obj = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as e:
-            raise GraphError(f"graph JSON does not parse: {e}") from None
+        except (ValueError, RecursionError) as e:   # ValueError: also over 4300 digits
+            raise GraphError(f"graph JSON does not parse: {str(e).splitlines()[0]}") from None
         return cls.from_json(obj)
 
     @classmethod
@@ -251,12 +327,11 @@ def _node_from_json(index: int, obj: Any) -> Node:
     if not isinstance(obj, dict):
         raise GraphError(f"nodes[{index}]: must be an object, got {type(obj).__name__}")
     name = obj.get("name")
-    if not isinstance(name, str) or not name:
-        raise GraphError(f"nodes[{index}]: field 'name' must be a non-empty string")
+    _check_text(f"nodes[{index}]", "name", name)
     where = f"node '{name}'"
     unknown = sorted(set(obj) - _NODE_FIELDS)
     if unknown:
-        raise GraphError(f"{where}: unknown field '{unknown[0]}'")
+        raise GraphError(f"{where}: unknown field {ascii(unknown[0])}")
     op = obj.get("op")
     if not isinstance(op, str) or not op:
         raise GraphError(f"{where}: field 'op' must be a non-empty string")

@@ -27,6 +27,12 @@ whose ``[first_node, last_node]`` misses its own, and takes the **smallest** gap
 it records is measured from the *unaligned* running end, a quirk kept here), else the aligned
 running end. Zero-byte tensors get offset 0.
 
+Time: placed buffers are indexed by time, so each fit looks only at the buffers whose
+lifetime meets the new one, in the peers' order (near linear on long graphs, the peers'
+O(n * live tensors) on dense ones). The optimal planner's warm start always completes
+``greedy`` (a valid plan to fall back on) and gives ``bestfit`` its deadline: past it, that
+plan is abandoned (``None``).
+
 Lifetimes are the memory model's (``memory.liveness``): graph inputs die at their last consumer,
 where TFLite itself keeps them alive for the whole run.
 
@@ -47,12 +53,16 @@ placement, input and output disjoint.
 from __future__ import annotations
 
 import bisect
+import operator
 import time
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 from ..graph import Graph
 from ..memory import Liveness
+from ..schedule.stop import past
 from .plan import ArenaPlan, Move, make_plan, padded, sharings
 
 __all__ = ["plan_linear", "plan_greedy", "plan_bestfit"]
@@ -73,12 +83,13 @@ def plan_greedy(graph: Graph, liveness: Liveness, alignment: int = 1) -> ArenaPl
     index = {n: i for i, n in enumerate(liveness.lifetimes)}
     order = sorted((n for n in liveness.lifetimes if layout.pad[n] > 0),
                    key=lambda n: (-layout.pad[n], -index[n]))
-    for name in order:
-        layout.place(name, layout.first_fit)
+    layout.place_all(order, layout.first_fit, None)
     return layout.plan("greedy", time.perf_counter() - t0)
 
 
-def plan_bestfit(graph: Graph, liveness: Liveness, alignment: int = 1) -> ArenaPlan:
+def plan_bestfit(graph: Graph, liveness: Liveness, alignment: int = 1,
+                 deadline: float | None = None) -> ArenaPlan | None:
+    """(None if ``deadline``, a ``perf_counter`` value, passes before the plan is done.)"""
     t0 = time.perf_counter()
     layout = _Layout(liveness, alignment)
     lts = liveness.lifetimes
@@ -91,8 +102,8 @@ def plan_bestfit(graph: Graph, liveness: Liveness, alignment: int = 1) -> ArenaP
     order = sorted((n for n in lts if lts[n].bytes > 0),
                    key=lambda n: (0, index[n]) if whole_run(n)
                    else (1, -lts[n].bytes, lts[n].start, index[n]))
-    for name in order:
-        layout.place(name, layout.best_fit)
+    if not layout.place_all(order, layout.best_fit, deadline):
+        return None
     return layout.plan("bestfit", time.perf_counter() - t0)
 
 
@@ -105,18 +116,36 @@ class _Entry:
     start: int
     end: int
     tensor: str
+    seq: int       # placement order: ties of equal offsets keep it, as the peers' lists do
+
+
+_PEER_ORDER = operator.attrgetter("offset", "seq")
+_BLOCK = 64        # steps per bucket of the time index; longer lifetimes are "long"
 
 
 class _Layout:
-    """Placed buffers in offset order (equal offsets: in placement order), and the in-place
-    decisions taken so far."""
+    """Placed buffers and the in-place decisions taken so far.
+
+    The peers walk every placed buffer in offset order (equal offsets: in placement order) and
+    skip those whose lifetime misses the new one: O(n^2) on long graphs. Here a buffer living
+    at most :data:`_BLOCK` steps is filed under the block of its first step, a longer one in
+    one list; :meth:`overlapping` looks at the long ones and the short ones starting in the
+    window that can reach the query, and returns exactly the time-overlapping ones in the
+    peers' order, so every fit is the peer's.
+    """
 
     def __init__(self, liveness: Liveness, alignment: int):
         self.liveness = liveness
         self.alignment = alignment
         self.lts = liveness.lifetimes
         self.pad = {n: padded(lt.bytes, alignment) for n, lt in self.lts.items()}
-        self.entries: list[_Entry] = []
+        self.blocks: dict[int, list[_Entry]] = {}      # block of the first step -> buffers
+        self.long: list[_Entry] = []                   # sorted by _PEER_ORDER
+        self._long_keys: list[tuple[int, int]] = []
+        # Their lifetimes as arrays, in the same order: the time filter runs vectorised.
+        self._long_start = np.zeros(16, dtype=np.int64)
+        self._long_end = np.zeros(16, dtype=np.int64)
+        self._count = 0
         self.offsets = {n: 0 for n in self.lts}        # zero-byte tensors stay at 0
         self.placed: set[str] = set()
         self.partners = {}                              # tensor -> its Sharings
@@ -126,17 +155,34 @@ class _Layout:
         self.shared: list = []
         self.moves: list[Move] = []
 
+    def overlapping(self, start: int, end: int) -> list[_Entry]:
+        """Placed buffers whose lifetime meets ``[start, end]``, by (offset, placement)."""
+        n = len(self.long)
+        hits = np.flatnonzero((self._long_start[:n] <= end) & (self._long_end[:n] >= start))
+        short = [e for b in range(max(0, start - _BLOCK) // _BLOCK, end // _BLOCK + 1)
+                 for e in self.blocks.get(b, ()) if e.start <= end and start <= e.end]
+        if len(short) <= 16:                 # few: inserted into the sorted long ones
+            found = [self.long[i] for i in hits.tolist()]
+            for e in short:
+                found.insert(bisect.bisect(found, _PEER_ORDER(e), key=_PEER_ORDER), e)
+            return found
+        # Keys are unique (seq), so sorting (key, entry) pairs never compares entries; the
+        # long ones are one sorted run already.
+        pairs = [(self._long_keys[i], self.long[i]) for i in hits.tolist()]
+        pairs += [((e.offset, e.seq), e) for e in short]
+        pairs.sort()
+        return [e for _, e in pairs]
+
     # ------------------------------------------------------------------ the peers' fits
     def first_fit(self, name: str) -> int:
         """TFLM GreedyMemoryPlanner: the first gap among time-overlapping buffers."""
         lt, size = self.lts[name], self.pad[name]
         candidate = 0
-        for e in self.entries:
-            if e.start > lt.end or lt.start > e.end:
-                continue
+        for e in self.overlapping(lt.start, lt.end):
             if e.offset - candidate >= size:
                 break
-            candidate = max(candidate, e.offset + e.size)
+            if e.offset + e.size > candidate:
+                candidate = e.offset + e.size
         return candidate
 
     def best_fit(self, name: str) -> int:
@@ -145,24 +191,32 @@ class _Layout:
         lt, size, a = self.lts[name], self.lts[name].bytes, self.alignment
         best, best_fit = None, None
         current = 0
-        for e in self.entries:
-            if e.end < lt.start or e.start > lt.end:
-                continue
-            aligned = padded(current, a)
+        for e in self.overlapping(lt.start, lt.end):
+            aligned = -(-current // a) * a        # padded(current, a), inlined: hot loop
             if aligned + size <= e.offset and (best_fit is None or
                                                e.offset - aligned < best_fit):
                 best, best_fit = aligned, e.offset - current
-            current = max(current, e.offset + e.raw)
+            if e.offset + e.raw > current:
+                current = e.offset + e.raw
         return padded(current, a) if best is None else best
 
     # ------------------------------------------------------------------------ placement
     def is_free(self, offset: int, size: int, start: int, end: int, ignore) -> bool:
-        for e in self.entries:
+        for e in self.overlapping(start, end):
             if e.offset >= offset + size:
                 break
-            if (e.offset + e.size > offset and e.start <= end and start <= e.end
-                    and e.tensor not in ignore):
+            if e.offset + e.size > offset and e.tensor not in ignore:
                 return False
+        return True
+
+    def place_all(self, names: list[str], fit: Callable[[str], int],
+                  deadline: float | None) -> bool:
+        """Place ``names`` in turn; False (given up) once ``deadline`` (a ``perf_counter``
+        value) has passed."""
+        for k, name in enumerate(names):
+            if k % 64 == 0 and past(deadline):
+                return False
+            self.place(name, fit)
         return True
 
     def place(self, name: str, fit: Callable[[str], int]) -> None:
@@ -210,17 +264,31 @@ class _Layout:
             if shifted:
                 k, u = s.pair.step, s.pair.input
                 self.moves.append(Move(k, u, s.pair.output, spot, spot + s.gap))
-                self._insert(_Entry(spot + s.gap, s.input_bytes, self.lts[u].bytes, k, k, u))
+                self._insert(spot + s.gap, s.input_bytes, self.lts[u].bytes, k, k, u)
 
     def _add(self, name: str, offset: int) -> None:
         lt = self.lts[name]
         self.offsets[name] = offset
         self.placed.add(name)
-        self._insert(_Entry(offset, self.pad[name], lt.bytes, lt.start, lt.end, name))
+        self._insert(offset, self.pad[name], lt.bytes, lt.start, lt.end, name)
 
-    def _insert(self, entry: _Entry) -> None:
-        at = bisect.bisect_right(self.entries, entry.offset, key=lambda e: e.offset)
-        self.entries.insert(at, entry)
+    def _insert(self, offset: int, size: int, raw: int, start: int, end: int,
+                tensor: str) -> None:
+        entry = _Entry(offset, size, raw, start, end, tensor, self._count)
+        self._count += 1
+        if end - start >= _BLOCK:
+            at = bisect.bisect(self._long_keys, _PEER_ORDER(entry))
+            self.long.insert(at, entry)
+            self._long_keys.insert(at, _PEER_ORDER(entry))
+            n = len(self.long)
+            if n > len(self._long_start):                 # grow by doubling
+                self._long_start = np.resize(self._long_start, 2 * n)
+                self._long_end = np.resize(self._long_end, 2 * n)
+            for column, value in ((self._long_start, start), (self._long_end, end)):
+                column[at + 1:n] = column[at:n - 1]
+                column[at] = value
+        else:
+            self.blocks.setdefault(start // _BLOCK, []).append(entry)
 
     def plan(self, planner: str, seconds: float) -> ArenaPlan:
         return make_plan(planner, self.liveness, self.alignment, self.offsets, self.shared,

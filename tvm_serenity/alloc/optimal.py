@@ -35,8 +35,11 @@ solution hint. Phases, all within ``time_limit``:
    then the number of right shifts, hinted with the heuristic.
 
 The result is never worse than the heuristic; when the time limit stops the search, ``gap`` is
-the proven gap to the best lower bound known. Optimality is over the plans described here
-(in-place steps laid out in place, right-shifted or disjoint).
+the proven gap to the best lower bound known. ``time_limit`` is one deadline (seconds or a
+:class:`~tvm_serenity.schedule.stop.Deadline`, default :data:`DEFAULT_TIME_LIMIT`) for the warm
+start (the greedy plan always completes, bestfit is dropped past it), model building and every
+solver run; a phase reached with no time left is not run. Optimality is over the plans
+described here (in-place steps laid out in place, right-shifted or disjoint).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from ortools.sat.python import cp_model
 
 from ..graph import Graph
 from ..memory import Liveness
+from ..schedule.stop import Deadline
 from .heuristics import plan_bestfit, plan_greedy
 from .plan import ArenaPlan, Move, PlanError, arena_lower_bound, make_plan, padded, sharings
 
@@ -58,21 +62,26 @@ DEFAULT_TIME_LIMIT = 5.0
 
 
 def plan_optimal(graph: Graph, liveness: Liveness, alignment: int = 1, *,
-                 time_limit: float | None = DEFAULT_TIME_LIMIT, workers: int | None = None,
-                 seed: int = 0) -> ArenaPlan:
-    """Minimise the arena, then (same arena) the number of right shifts."""
+                 time_limit: Deadline | float | None = DEFAULT_TIME_LIMIT,
+                 workers: int | None = None, seed: int = 0) -> ArenaPlan:
+    """Minimise the arena, then (same arena) the number of right shifts, within
+    ``time_limit`` (seconds or a :class:`~tvm_serenity.schedule.stop.Deadline`; None: the
+    default) for the warm start and every solver run together."""
     t0 = time.perf_counter()
-    best = min((plan_greedy(graph, liveness, alignment),
-                plan_bestfit(graph, liveness, alignment)),
+    deadline = Deadline.of(time_limit, DEFAULT_TIME_LIMIT)
+    # The greedy plan always completes: the valid plan to fall back on past the deadline.
+    candidates = [plan_greedy(graph, liveness, alignment),
+                  plan_bestfit(graph, liveness, alignment, deadline.end)]
+    best = min((p for p in candidates if p is not None),
                key=lambda p: (p.arena_bytes, p.num_moves))
-    search = _Search(graph, liveness, alignment, time_limit, workers, seed)
+    search = _Search(graph, liveness, alignment, deadline, workers, seed)
     search.details.update(warm_start=best.planner, warm_start_bytes=best.arena_bytes)
     lower = arena_lower_bound(liveness, alignment)
     layout = (best.offsets, best.inplace, best.moves, best.arena_bytes)
     status = "bound"
     if best.arena_bytes > lower or best.moves:
         at_bound = layout if best.arena_bytes == lower else None
-        share = None if time_limit is None or at_bound else 0.5
+        share = None if at_bound else 0.5
         code, found = search.run(lower, lower, at_bound, share, minimize_arena=False)
         if found:
             layout = found
@@ -92,10 +101,9 @@ def plan_optimal(graph: Graph, liveness: Liveness, alignment: int = 1, *,
 class _Search:
     """CP-SAT runs over one liveness, sharing a deadline."""
 
-    def __init__(self, graph, liveness, alignment, time_limit, workers, seed):
+    def __init__(self, graph, liveness, alignment, deadline: Deadline, workers, seed):
         self.graph, self.liveness, self.alignment = graph, liveness, alignment
-        self.deadline = None if time_limit is None else time.perf_counter() + float(time_limit)
-        self.time_limit = time_limit
+        self.deadline = deadline
         self.workers = workers or max(8, os.cpu_count() or 1)
         self.seed = seed
         self.bound = 0
@@ -108,7 +116,13 @@ class _Search:
         status and the improving layout found (offsets, in-place steps, moves, arena) or
         None; a minimising run leaves its proven lower bound on ``A`` in ``self.bound``."""
         a = self.alignment
-        model, x, arena, shared = _build_model(self.liveness, a, lower, upper)
+        run_deadline = self.deadline if share is None else self.deadline.share(share)
+        built = None if run_deadline.expired() else _build_model(self.liveness, a, lower,
+                                                                 upper, run_deadline)
+        if built is None or run_deadline.expired():
+            self.details.update(solver="cp-sat", solver_status="not run (time limit)")
+            return cp_model.UNKNOWN, None
+        model, x, arena, shared = built
         moves = [mv for _, _, mv in shared if mv is not None]
         weight = len(moves) + 1
         if minimize_arena:
@@ -120,10 +134,7 @@ class _Search:
         solver = cp_model.CpSolver()
         solver.parameters.num_workers = self.workers
         solver.parameters.random_seed = self.seed
-        if self.deadline is not None:
-            left = max(0.0, self.deadline - time.perf_counter())
-            solver.parameters.max_time_in_seconds = left if share is None else min(
-                left, share * self.time_limit)
+        solver.parameters.max_time_in_seconds = run_deadline.remaining()
         code = solver.solve(model)
         seconds = self.details.get("solver_seconds", 0.0) + solver.wall_time
         self.details.update(solver="cp-sat", solver_status=solver.status_name(code),
@@ -167,9 +178,10 @@ def _extract(solver, x, arena, alignment, liveness: Liveness, shared):
     return offsets, inplace, moves, solver.value(arena) * alignment
 
 
-def _build_model(liveness: Liveness, alignment: int, lower: int, upper: int):
+def _build_model(liveness: Liveness, alignment: int, lower: int, upper: int,
+                 deadline: Deadline):
     """The CP-SAT model with ``lower <= A <= upper`` (bytes; multiples of ``alignment``);
-    ``x[t]`` and ``A`` are in units of ``alignment``."""
+    ``x[t]`` and ``A`` are in units of ``alignment``. None if ``deadline`` passes first."""
     model = cp_model.CpModel()
     lts = liveness.lifetimes
     unit = {n: padded(lt.bytes, alignment) // alignment for n, lt in lts.items()}
@@ -180,6 +192,8 @@ def _build_model(liveness: Liveness, alignment: int, lower: int, upper: int):
         if unit[n] > 0:
             x[n] = model.new_int_var(0, top - unit[n], n)
             model.add(x[n] + unit[n] <= arena)
+    if deadline.expired():
+        return None
     shs = sharings(liveness, alignment)
     steps_of_input = {s.pair.input: s.pair.step for s in shs}
     cliques: list[list] = [[] for _ in range(liveness.num_steps)]
@@ -190,6 +204,8 @@ def _build_model(liveness: Liveness, alignment: int, lower: int, upper: int):
             interval = model.new_fixed_size_interval_var(var, unit[n], n)
             for k in range(lt.start, last + 1):
                 cliques[k].append(interval)
+    if deadline.expired():
+        return None
     shared = []
     for s in shs:
         u, v, k = s.pair.input, s.pair.output, s.pair.step
@@ -209,10 +225,18 @@ def _build_model(liveness: Liveness, alignment: int, lower: int, upper: int):
             cliques[k].append(model.new_optional_fixed_size_interval_var(
                 x[v] + unit[v], region - unit[v], share, f"region_{k}"))
         shared.append((s, ip, mv))
+    # One NoOverlap per maximal clique. Live sets are sets of intervals: one contained in a
+    # step's far away is contained in every step between, so comparing each run of equal
+    # consecutive sets with its two neighbours finds them all (the run's first step stays).
     keys = [frozenset(map(id, c)) for c in cliques]
-    for k, clique in enumerate(cliques):
-        dominated = any(keys[k] < keys[j] or (j < k and keys[k] == keys[j])
-                        for j in range(len(keys)))
-        if len(clique) >= 2 and not dominated:
-            model.add_no_overlap(clique)
+    k = 0
+    while k < len(keys):
+        j = k
+        while j + 1 < len(keys) and keys[j + 1] == keys[k]:
+            j += 1
+        dominated = (k > 0 and keys[k] < keys[k - 1]) or (j + 1 < len(keys) and
+                                                          keys[k] < keys[j + 1])
+        if len(cliques[k]) >= 2 and not dominated:
+            model.add_no_overlap(cliques[k])
+        k = j + 1
     return model, x, arena, shared

@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+import bisect
+
 from ..graph import Graph
 from ..memory import Liveness
 from .plan import ArenaPlan, PlanError, sharings
@@ -97,29 +99,42 @@ def verify_plan(graph: Graph, liveness: Liveness, plan: ArenaPlan) -> None:
 
 
 def _check_overlaps(who, liveness, plan, claimed, moved) -> None:
+    """Two lifetimes that overlap do so at the later one's first step, so each step checks
+    only the extents starting there (and a moved copy) against those live, kept sorted by
+    offset: an overlap of ``[lo, hi)`` is among the extents with ``lo - largest < lo' < hi``.
+    O(n log n) for plans whose tensors are not dwarfed by their neighbours."""
     starts: dict[int, list[str]] = {}
     for name, lt in liveness.lifetimes.items():
         if lt.bytes > 0:
             starts.setdefault(lt.start, []).append(name)
-    live: list[str] = []
+    largest = max((lt.bytes for lt in liveness.lifetimes.values()), default=0)
+    ends: dict[int, list[tuple]] = {}
+    live: list[tuple] = []     # (lo, hi, tensor, label), sorted
     for k in range(liveness.num_steps):
-        live = [n for n in live if liveness.lifetimes[n].end >= k] + starts.get(k, [])
-        extents = []   # (lo, hi, tensor, label)
-        for n in live:
-            lo, nbytes = plan.offsets[n], liveness.lifetimes[n].bytes
-            extents.append((lo, lo + nbytes, n, f"'{n}'"))
+        for extent in ends.pop(k - 1, ()):
+            del live[bisect.bisect_left(live, extent)]
+        new = []
+        for n in starts.get(k, ()):
+            lo = plan.offsets[n]
+            new.append(((lo, lo + liveness.lifetimes[n].bytes, n, f"'{n}'"),
+                        liveness.lifetimes[n].end))
         m = moved.get(k)
         if m is not None:
             nbytes = liveness.lifetimes[m.tensor].bytes
-            extents.append((m.dst, m.dst + nbytes, m.tensor, f"'{m.tensor}' (moved copy)"))
+            new.append(((m.dst, m.dst + nbytes, m.tensor, f"'{m.tensor}' (moved copy)"), k))
         pair = claimed[k].pair if k in claimed else None
-        extents.sort()
-        for i, (lo, hi, t, label) in enumerate(extents):
-            for lo2, hi2, t2, label2 in extents[i + 1:]:
-                if lo2 >= hi:
-                    break
-                if t2 == t or (pair is not None and {t, t2} == {pair.input, pair.output}):
+        for extent, end in new:
+            lo, hi, t, _ = extent
+            i = bisect.bisect_left(live, (hi,))
+            while i > 0 and live[i - 1][0] > lo - largest:
+                i -= 1
+                other = live[i]
+                if other[1] <= lo or other[2] == t or (
+                        pair is not None and {t, other[2]} == {pair.input, pair.output}):
                     continue
-                raise PlanError(f"{who}: tensors {label} [{lo}, {hi}) and {label2} "
+                (lo1, hi1, _, label1), (lo2, hi2, _, label2) = sorted((extent, other))
+                raise PlanError(f"{who}: tensors {label1} [{lo1}, {hi1}) and {label2} "
                                 f"[{lo2}, {hi2}) overlap at step {k} (node "
                                 f"'{liveness.order[k]}')")
+            bisect.insort(live, extent)
+            ends.setdefault(end, []).append(extent)

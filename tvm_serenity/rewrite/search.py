@@ -18,9 +18,13 @@ Algorithm (greedy, each trial judged by one scheduler call)
    incumbent are tried again; the search stops after a pass that keeps nothing.
 
 The peak therefore never increases, every kept rewrite lowered it when it was kept, and the
-result's schedule is the scheduler's order for the final graph. With a ``time_limit`` a call
-may stop before proving optimality; "lower" then compares the peaks of the orders found (each
-is achievable), and :attr:`RewriteResult.optimal` says whether the final one is proven.
+result's schedule is the scheduler's order for the final graph.
+
+``time_limit`` bounds the whole search (one :class:`~tvm_serenity.schedule.stop.Deadline`,
+default 60 s): each scheduler call gets an equal share of what is left among itself and the
+trials still queued in its pass, and no trial starts once the deadline has passed. A call may
+then stop before proving optimality; "lower" compares the peaks of the orders found (each is
+achievable), and :attr:`RewriteResult.optimal` says whether the final one is proven.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..graph import Graph
-from ..schedule import ScheduleResult, schedule
+from ..schedule import Deadline, ScheduleResult, schedule
 from .patterns import (ACCUMULATOR_BYTES, Candidate, apply_rewrite, concat_branches,
                        find_candidates)
 
@@ -96,28 +100,34 @@ def _units(candidates: list[Candidate]) -> list[tuple[Candidate, ...]]:
     return units
 
 
-def rewrite_graph(graph: Graph, inplace: bool = True, time_limit: float | None = None,
-                  method: str = "serenity",
+def rewrite_graph(graph: Graph, inplace: bool = True,
+                  time_limit: Deadline | float | None = None, method: str = "serenity",
                   accumulator_bytes: int = ACCUMULATOR_BYTES,
                   requantize_inplace: bool = True) -> RewriteResult:
     """Rewrite ``graph`` where it lowers the scheduler's peak (module docstring).
 
-    ``time_limit`` bounds each scheduler call (seconds, None: none); ``method`` is the
-    scheduling method judging the trials (an exact one, so that "lower" means a lower optimum);
-    ``accumulator_bytes`` and ``requantize_inplace`` as in :func:`.patterns.apply_rewrite`
-    (keep the default accumulator: int32).
+    ``time_limit`` bounds the whole search (seconds or a Deadline; None: 60 s); ``method`` is
+    the scheduling method judging the trials (an exact one, so that "lower" means a lower
+    optimum); ``accumulator_bytes`` and ``requantize_inplace`` as in
+    :func:`.patterns.apply_rewrite` (keep the default accumulator: int32).
     """
     t0 = time.perf_counter()
-    before = schedule(graph, method, inplace=inplace, time_limit=time_limit)
+    deadline = Deadline.of(time_limit)
+    units = _units(find_candidates(graph))
+    before = schedule(graph, method, inplace=inplace,
+                      time_limit=deadline.share(1 / (len(units) + 1)))
     current, best = graph, before
     applied: list[tuple[str, tuple[str, ...]]] = []
     trials: list[Trial] = []
     tried: dict[tuple[Candidate, ...], int] = {}     # unit -> incumbent peak it was tried at
-    while True:
+    while not deadline.expired():
         kept_any = False
         candidates = find_candidates(current)
         available = set(candidates)                 # shrinks as kept rewrites consume them
-        for unit in _units(candidates):
+        units = _units(candidates)
+        for k, unit in enumerate(units):
+            if deadline.expired():
+                break
             if tried.get(unit) == best.peak_bytes or not available.issuperset(unit):
                 continue
             tried[unit] = best.peak_bytes
@@ -126,7 +136,8 @@ def rewrite_graph(graph: Graph, inplace: bool = True, time_limit: float | None =
                 trial_graph = apply_rewrite(trial_graph, cand,
                                             accumulation_order(current, cand, best.order),
                                             accumulator_bytes, requantize_inplace)
-            result = schedule(trial_graph, method, inplace=inplace, time_limit=time_limit)
+            result = schedule(trial_graph, method, inplace=inplace,
+                              time_limit=deadline.share(1 / (len(units) - k)))
             kept = result.peak_bytes < best.peak_bytes
             trials.append(Trial(unit, result.peak_bytes, result.optimal, kept, result.seconds))
             if kept:

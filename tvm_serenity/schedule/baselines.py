@@ -6,7 +6,8 @@
   graph outputs (then any node nobody reaches), inputs visited in their listed order;
 * ``rpo``: reverse post-order of a depth-first walk along consumers from the graph inputs
   (HMCOS's first try);
-* ``random``: the best of ``samples`` random topological orders (seeded, reproducible).
+* ``random``: the best of ``samples`` random topological orders (seeded, reproducible;
+  fewer when the deadline passes first).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections import deque
 
 from ..graph import Graph
 from ..memory import MemoryModel, simulate
+from .stop import past
 
 __all__ = ["stored_order", "kahn_order", "dfs_order", "rpo_order", "random_order",
            "best_random_order"]
@@ -85,30 +87,35 @@ def rpo_order(graph: Graph) -> list[str]:
     return [n for n in reversed(post) if not graph.nodes[n].is_input]
 
 
-def random_order(graph: Graph, rng: random.Random) -> list[str]:
+def random_order(graph: Graph, rng: random.Random, model: MemoryModel | None = None
+                 ) -> list[str]:
     """One uniformly chosen ready node at a time (a random linear extension, not uniform)."""
-    model = MemoryModel(graph, inplace=False)
-    done, order = model.input_mask, []
-    ready = model.ready(done)
+    model = model or MemoryModel.of(graph, inplace=False)
+    missing = [sum(not model.is_input[p] for p in ps) for ps in model.preds]
+    ready = [v for v in model.op_indices if missing[v] == 0]
+    order = []
     while ready:
         v = ready.pop(rng.randrange(len(ready)))
-        done |= 1 << v
         order.append(model.names[v])
-        for c in model.names_of(model.consumer_mask[v]):
-            ci = model.index[c]
-            if model.is_ready(done, ci):
-                ready.append(ci)
+        for c in model.consumers[v]:
+            missing[c] -= 1
+            if missing[c] == 0:
+                ready.append(c)
     return order
 
 
 def best_random_order(graph: Graph, samples: int = 100, seed: int = 0,
-                      inplace: bool = True) -> list[str]:
+                      inplace: bool = True, deadline: float | None = None) -> list[str]:
+    """The lowest-peak of ``samples`` random orders (fewer, at least one, if ``deadline``, a
+    ``perf_counter`` value, passes first)."""
     rng = random.Random(seed)
-    model = MemoryModel(graph, inplace)
+    model = MemoryModel.of(graph, inplace)
     best, best_peak = None, None
     for _ in range(max(1, samples)):
-        order = random_order(graph, rng)
+        order = random_order(graph, rng, model)
         peak = simulate(graph, order, inplace, model).peak_bytes
         if best_peak is None or peak < best_peak:
             best, best_peak = order, peak
+        if past(deadline):
+            break
     return best

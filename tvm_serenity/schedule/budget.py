@@ -40,7 +40,7 @@ from typing import Callable
 from ..graph import Graph
 from .dp import EXHAUSTED, SOLVED, TIMEOUT, SearchOutcome, SearchSpace, level_dp, \
     run_whole_graph
-from .stop import past
+from .stop import Deadline, past
 
 __all__ = ["BudgetStep", "soft_budgeting", "budget_method", "step_timeout_for",
            "DEFAULT_STEP_TIMEOUT"]
@@ -118,7 +118,7 @@ def soft_budgeting(space: SearchSpace, tau_max: int, step_timeout: float = DEFAU
 
 def step_timeout_for(time_limit: float | None, step_timeout: float | None) -> float:
     """``T``: as given, else :data:`DEFAULT_STEP_TIMEOUT`, at most a quarter of a time limit
-    (so that a limited run still sees several budgets)."""
+    (seconds left; so that a limited run still sees several budgets)."""
     if step_timeout is not None:
         return step_timeout
     if time_limit is None:
@@ -126,12 +126,13 @@ def step_timeout_for(time_limit: float | None, step_timeout: float | None) -> fl
     return min(DEFAULT_STEP_TIMEOUT, max(time_limit, 1e-3) / 4)
 
 
-def budget_method(graph: Graph, *, inplace: bool = True, time_limit: float | None = None,
-                  seed: int = 0, progress: bool | None = None,
-                  step_timeout: float | None = None):
+def budget_method(graph: Graph, *, inplace: bool = True,
+                  time_limit: Deadline | float | None = None, seed: int = 0,
+                  progress: bool | None = None, step_timeout: float | None = None):
     """Soft budgeting over the whole graph (no splitting); ``details['budget_trajectory']``."""
     trajectory: list[BudgetStep] = []
-    step_timeout = step_timeout_for(time_limit, step_timeout)
+    deadline = Deadline.of(time_limit)
+    step_timeout = step_timeout_for(deadline.remaining(), step_timeout)
 
     def search(space, limit, deadline, progress):
         outcome, steps = soft_budgeting(space, limit + 1, step_timeout, deadline,
@@ -139,7 +140,7 @@ def budget_method(graph: Graph, *, inplace: bool = True, time_limit: float | Non
         trajectory.extend(steps)
         return outcome
 
-    result = run_whole_graph(graph, "budget", search, inplace, time_limit, progress)
+    result = run_whole_graph(graph, "budget", search, inplace, deadline, progress)
     result.details["budget_trajectory"] = [s.to_json() for s in trajectory]
     result.details["step_timeout"] = step_timeout
     return result

@@ -40,49 +40,73 @@ The ``serenity`` method
 Segments are searched highest incumbent peak first. The graph's optimum is the max over
 segments, so a segment whose incumbent is already at or below the bound proven so far cannot
 change it: it keeps its incumbent order unsearched (status "within graph bound"). In stacked
-networks only the critical cells are searched. Under a time limit, each searched segment gets
-a share of the remaining time proportional to its size among the segments still to search.
+networks only the critical cells are searched. Every phase polls the call's one deadline
+(:mod:`.stop`): each searched segment gets a share of the remaining time proportional to its
+size among the segments still to search, and a segment reached with no time left keeps its
+incumbent (status "time limit"). Cuts are found in linear time (:func:`cut_nodes`) and the
+heuristics are near-linear, so long graphs (10^5 nodes) get their order within the limit.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import time
 from dataclasses import dataclass
 
 from ..graph import Graph
-from ..memory import (MemoryModel, ancestors_descendants, bits, lower_bound_bytes,
-                      node_bounds, simulate)
+from ..memory import MemoryModel, lower_bound_bytes, mask_of_indices, node_bounds, simulate
 from .budget import soft_budgeting, step_timeout_for
 from .dp import EXHAUSTED, SOLVED, SearchSpace, descent, heuristic_orders
 from .result import ScheduleResult, make_result
+from .stop import Deadline, past
 
 __all__ = ["cut_nodes", "segments", "SegmentResult", "serenity_method"]
 
 
 
-def cut_nodes(model: MemoryModel, relations=None) -> list[int]:
+def cut_nodes(model: MemoryModel) -> list[int]:
     """Non-input nodes comparable with every non-input node, in execution order (they form a
-    chain, so topological order is the order every schedule runs them in). ``relations``:
-    :func:`ancestors_descendants` of the model, when already computed."""
-    ops = model.all_mask & ~model.input_mask
-    topo, anc, desc = relations or ancestors_descendants(model)
-    return [v for v in topo
-            if (ops >> v) & 1 and (ops & ~(anc[v] | desc[v] | (1 << v))) == 0]
+    chain, so topological order is the order every schedule runs them in). Linear time.
+
+    Stored order is topological, so an op ``v`` at position ``i`` among the ops is a cut iff
+    every op before it is an ancestor and every op after it a descendant. The first holds iff
+    every op before ``i`` has a consumer at a position ``<= i`` (induction downwards from
+    ``i - 1``: its consumer there is ``v`` or an ancestor of ``v``), the second iff every op
+    after ``i`` has an input at a position ``>= i``; running maxima and minima check both.
+    """
+    ops = model.op_indices
+    position = {v: i for i, v in enumerate(ops)}
+    count = len(ops)
+    first_reader = [min((position[c] for c in model.consumers[v]), default=count) for v in ops]
+    last_input = [max((position[p] for p in model.preds[v] if p in position), default=-1)
+                  for v in ops]
+    after_ok = [True] * count          # after_ok[i]: every op after i reads one at >= i
+    lowest = count
+    for i in range(count - 1, -1, -1):
+        after_ok[i] = lowest >= i
+        lowest = min(lowest, last_input[i])
+    cuts, reach = [], -1               # reach: the highest first reader among ops before i
+    for i, v in enumerate(ops):
+        if reach <= i and after_ok[i]:
+            cuts.append(v)
+        reach = max(reach, first_reader[i])
+    return cuts
 
 
-def segments(model: MemoryModel) -> list[int]:
-    """Bitmasks of the segments between consecutive cuts, in execution order (a cut ends its
-    segment); their union is every non-input node."""
-    ops = model.all_mask & ~model.input_mask
-    relations = ancestors_descendants(model)
-    anc = relations[1]
-    result, before = [], 0
-    for t in cut_nodes(model, relations):
-        upto = (anc[t] | (1 << t)) & ops      # t and its ancestors
-        result.append(upto & ~before)
-        before = upto
-    if ops & ~before:
-        result.append(ops & ~before)
+def segments(model: MemoryModel) -> list[list[int]]:
+    """The ops between consecutive cuts (a cut ends its segment), in execution order: stored
+    order, as every cut's ancestors are exactly the ops stored before it. Their union is every
+    non-input node."""
+    cuts = set(cut_nodes(model))
+    result, current = [], []
+    for v in model.op_indices:
+        current.append(v)
+        if v in cuts:
+            result.append(current)
+            current = []
+    if current:
+        result.append(current)
     return result
 
 
@@ -140,37 +164,42 @@ def _solve_segment(space: SearchSpace, incumbent: list[int], incumbent_peak: int
                          "descent+budget", expanded, time.perf_counter() - t0, record)
 
 
-def serenity_method(graph: Graph, *, inplace: bool = True, time_limit: float | None = None,
-                    seed: int = 0, progress: bool | None = None,
+def serenity_method(graph: Graph, *, inplace: bool = True,
+                    time_limit: Deadline | float | None = None, seed: int = 0,
+                    progress: bool | None = None,
                     step_timeout: float | None = None) -> ScheduleResult:
     """Divide and conquer + budget descent + soft budgeting fallback (module docstring).
 
     ``step_timeout`` is the soft budgeting ``T`` (:func:`.budget.step_timeout_for`)."""
     t0 = time.perf_counter()
-    deadline = None if time_limit is None else t0 + time_limit
-    model = MemoryModel(graph, inplace)
-    bounds = node_bounds(graph, inplace)
-    static_lb = lower_bound_bytes(graph, inplace)
+    deadline = Deadline.of(time_limit).end
+    model = MemoryModel.of(graph, inplace)
+    bounds = node_bounds(graph, inplace, deadline)
+    static_lb = lower_bound_bytes(graph, inplace, bounds=bounds)
     parts = segments(model)
     heuristics = [simulate(graph, order, inplace, model)
-                  for order in heuristic_orders(graph, model).values()]
-    # Segment k occupies the same positions in every order.
+                  for order in heuristic_orders(graph, model, deadline).values()]
+    # Segment k occupies the same positions in every order, and starts from the same state.
     offsets, start = [], 0
-    for mask in parts:
+    for seg in parts:
         offsets.append(start)
-        start += mask.bit_count()
-    incumbents, prefixes = [], []
-    for mask, off in zip(parts, offsets):
-        end = off + mask.bit_count()
+        start += len(seg)
+    incumbents = []
+    for seg, off in zip(parts, offsets):
+        end = off + len(seg)
         best = min(heuristics, key=lambda sim: max(sim.step_bytes[off:end]))
         incumbents.append(([model.index[x] for x in best.order[off:end]],
                            max(best.step_bytes[off:end])))
-        prefixes.append([model.index[x] for x in heuristics[0].order[:off]])
     solved: dict[int, SegmentResult] = {}
     lower = static_lb
     # Highest incumbent first: once its optimum is proven, a segment whose incumbent does not
     # exceed the proven bound cannot change the graph's optimum and is not searched.
     queue = sorted(range(len(parts)), key=lambda k: incumbents[k][1], reverse=True)
+    # Time shares: the segments still to search are those left in the queue whose incumbent
+    # exceeds the bound (a prefix of it, as incumbents decrease and the bound only grows).
+    neg_peaks = [-incumbents[k][1] for k in queue]
+    searched_before = list(itertools.accumulate(
+        (len(parts[k]) if len(parts[k]) > 1 else 0 for k in queue), initial=0))
     for position, k in enumerate(queue):
         order, peak = incumbents[k]
         if len(order) == 1:                          # its only order: optimal
@@ -182,13 +211,19 @@ def serenity_method(graph: Graph, *, inplace: bool = True, time_limit: float | N
             solved[k] = SegmentResult(len(order), order, peak, bound, "within graph bound",
                                       "none", 0, 0.0)
             continue
-        seg_deadline = None
-        if deadline is not None:
-            now = time.perf_counter()
-            rest = [len(incumbents[j][0]) for j in queue[position:]
-                    if incumbents[j][1] > lower]
-            seg_deadline = now + max(0.0, deadline - now) * len(order) / sum(rest)
-        space = SearchSpace(model, parts[k], prefixes[k], bounds)
+        now = time.perf_counter()
+        rest = searched_before[bisect.bisect_left(neg_peaks, -lower)] - searched_before[position]
+        seg_deadline = now + max(0.0, deadline - now) * len(order) / rest
+        if past(seg_deadline):
+            solved[k] = SegmentResult(len(order), order, peak,
+                                      max(bounds[model.names[v]] for v in order),
+                                      "time limit", "none", 0, 0.0)
+            continue
+        first = parts[k][0]
+        before = model.input_mask | ((1 << first) - 1)   # every node stored before the segment
+        live = heuristics[0].live_after_bytes[offsets[k] - 1] if offsets[k] \
+            else model.initial_live_bytes
+        space = SearchSpace(model, mask_of_indices(parts[k]), (before, live), bounds)
         solved[k] = _solve_segment(space, order, peak, seg_deadline, step_timeout, progress)
         lower = max(lower, solved[k].lower_bound)
     order = [model.names[v] for k in range(len(parts)) for v in solved[k].order]

@@ -66,10 +66,11 @@ from dataclasses import dataclass
 from tqdm import tqdm
 
 from ..graph import Graph
-from ..memory import MemoryModel, Step, bits, lower_bound_bytes, node_bounds, simulate
+from ..memory import (Execution, MemoryModel, Step, bits, lower_bound_bytes, node_bounds,
+                      simulate)
 from . import baselines
 from .result import ScheduleResult, make_result
-from .stop import past
+from .stop import Deadline, past
 
 __all__ = ["SearchSpace", "SearchOutcome", "SOLVED", "EXHAUSTED", "TIMEOUT", "level_dp",
            "best_first", "feasible", "descent", "greedy_order", "heuristic_orders",
@@ -90,18 +91,15 @@ def show_progress(progress: bool | None) -> bool:
 class SearchSpace:
     """Scheduling states of one segment: sets ``done`` from ``start`` to ``goal``.
 
-    ``prefix`` (node indices) is what runs before the segment; it is replayed with
-    ``MemoryModel.step`` to get the start state (its set and live bytes). A state is
-    ``(done, live bytes, ready nodes)``; ``done`` and ``ready`` are bitmasks.
+    ``start`` is ``(done, live bytes)`` before the segment (default: the graph inputs); every
+    order of the graph reaches the same state there (:mod:`.divide`). A state is ``(done,
+    live bytes, ready nodes)``; ``done`` and ``ready`` are bitmasks.
     """
 
-    def __init__(self, model: MemoryModel, segment: int | None = None, prefix=(),
-                 bounds: dict[str, int] | None = None):
+    def __init__(self, model: MemoryModel, segment: int | None = None,
+                 start: tuple[int, int] | None = None, bounds: dict[str, int] | None = None):
         self.model = model
-        done, live = model.input_mask, model.initial_live_bytes
-        for v in prefix:
-            live = model.step(done, live, v).live_after
-            done |= 1 << v
+        done, live = (model.input_mask, model.initial_live_bytes) if start is None else start
         self.start, self.start_live = done, live
         self.segment = (model.all_mask & ~done) if segment is None else segment
         if done & self.segment:
@@ -112,10 +110,7 @@ class SearchSpace:
         self._consumers_in_segment = [m & self.segment for m in model.consumer_mask]
         # Graph inputs nobody reads are freed by whichever node runs first: the dominance rule
         # does not hold at that first step.
-        read = 0
-        for preds in model.pred_mask:
-            read |= preds
-        self._first_step_frees_inputs = bool(model.input_mask & ~model.output_mask & ~read)
+        self._first_step_frees_inputs = bool(model.dangling)
         bounds = node_bounds(model.graph, model.inplace) if bounds is None else bounds
         # (bound, bit) of the segment's nodes, largest bound first: h() scans for the first
         # unscheduled one.
@@ -388,49 +383,102 @@ def descent(space: SearchSpace, upper_bound: int, deadline: float | None = None,
 
 
 # ------------------------------------------------------------------------------ incumbents
-def greedy_order(graph: Graph, model: MemoryModel | None = None) -> list[str]:
+def greedy_order(graph: Graph, model: MemoryModel | None = None,
+                 deadline: float | None = None) -> list[str] | None:
     """Run, at each step, the ready node with the smallest ``mem_during`` (then the smallest
-    ``live_after``, then stored order): a cheap upper bound for the exact searches."""
-    model = model or MemoryModel(graph)
-    done, live, order = model.input_mask, model.initial_live_bytes, []
-    for _ in model.op_indices:
-        v, st = min(((v, model.step(done, live, v)) for v in model.ready(done)),
-                    key=lambda m: (m[1].mem_during, m[1].live_after))
+    ``live_after``, then stored order): a cheap upper bound for the exact searches. None if
+    ``deadline`` passes first.
+
+    All ready nodes see the same live bytes, so they are ranked by what they add to it; that
+    changes only when a node becomes the last reader of one of its inputs. A heap of those
+    increments (stale entries skipped) makes this O(edges log n).
+    """
+    model = model or MemoryModel.of(graph)
+    exe = Execution(model)
+    missing = [sum(not model.is_input[p] for p in ps) for ps in model.preds]
+    ran = list(model.is_input)
+    version = [0] * model.n
+    heap: list[tuple[int, int, int, int]] = []
+
+    def push(v: int) -> None:
+        st = exe.peek(v)
+        version[v] += 1
+        heapq.heappush(heap, (st.mem_during - exe.live, st.live_after - exe.live, v,
+                              version[v]))
+
+    for v in model.op_indices:
+        if missing[v] == 0:
+            push(v)
+    order: list[str] = []
+    while heap:
+        *_, v, ver = heapq.heappop(heap)
+        if ver != version[v]:
+            continue
+        if len(order) % _CLOCK_EVERY == 0 and past(deadline):
+            return None
+        exe.run(v)
+        ran[v] = True
         order.append(model.names[v])
-        done |= 1 << v
-        live = st.live_after
+        if len(order) == 1 and model.dangling:   # they were freed at the first step: re-rank
+            for _, _, u, ver_u in list(heap):
+                if ver_u == version[u]:
+                    push(u)
+        for p in model.preds[v]:
+            if exe.waiting[p] == 1:   # its one reader left now frees it: re-rank that reader
+                c = next(c for c in model.consumers[p] if not ran[c])
+                if missing[c] == 0:
+                    push(c)
+        for c in model.consumers[v]:
+            missing[c] -= 1
+            if missing[c] == 0:
+                push(c)
     return order
 
 
-def heuristic_orders(graph: Graph, model: MemoryModel) -> dict[str, list[str]]:
-    """The cheap orders whose best peak is the searches' starting upper bound."""
-    return {"stored": baselines.stored_order(graph), "kahn": baselines.kahn_order(graph),
-            "dfs": baselines.dfs_order(graph), "rpo": baselines.rpo_order(graph),
-            "greedy": greedy_order(graph, model)}
+def heuristic_orders(graph: Graph, model: MemoryModel,
+                     deadline: float | None = None) -> dict[str, list[str]]:
+    """The cheap orders whose best peak is the searches' starting upper bound (near linear);
+    past ``deadline`` the ones not computed yet are left out (``stored`` always comes), and so
+    is an order equal to an earlier one (on a chain they all are: one simulation, not five)."""
+    orders = {"stored": baselines.stored_order(graph)}
+    for name, make in (("kahn", lambda: baselines.kahn_order(graph)),
+                       ("dfs", lambda: baselines.dfs_order(graph)),
+                       ("rpo", lambda: baselines.rpo_order(graph)),
+                       ("greedy", lambda: greedy_order(graph, model, deadline))):
+        order = None if past(deadline) else make()
+        if order is not None and order not in orders.values():
+            orders[name] = order
+    return orders
 
 
-def best_heuristic(graph: Graph, model: MemoryModel) -> tuple[str, list[str], int]:
+def best_heuristic(graph: Graph, model: MemoryModel,
+                   deadline: float | None = None) -> tuple[str, list[str], int]:
     """(name, order, peak) of the heuristic order with the lowest peak."""
     scored = [(simulate(graph, order, model.inplace, model).peak_bytes, name, order)
-              for name, order in heuristic_orders(graph, model).items()]
+              for name, order in heuristic_orders(graph, model, deadline).items()]
     peak, name, order = min(scored, key=lambda s: s[0])
     return name, order, peak
 
 
 # --------------------------------------------------------------------------------- methods
 def run_whole_graph(graph: Graph, method: str, search, inplace: bool,
-                    time_limit: float | None, progress: bool | None,
+                    time_limit: Deadline | float | None, progress: bool | None,
                     use_incumbent: bool = True) -> ScheduleResult:
     """Run ``search(space, limit, deadline, progress)`` on the whole graph; fall back to the
-    best heuristic order when the search proves it optimal or runs out of time."""
+    best heuristic order when the search proves it optimal or runs out of time. Bounds,
+    heuristics and search all poll one deadline (``time_limit``, :mod:`.stop`)."""
     t0 = time.perf_counter()
-    deadline = None if time_limit is None else t0 + time_limit
-    model = MemoryModel(graph, inplace)
-    static_lb = lower_bound_bytes(graph, inplace)
-    space = SearchSpace(model)
-    name, incumbent, incumbent_peak = best_heuristic(graph, model)
-    limit = incumbent_peak - 1 if use_incumbent else None
-    outcome = search(space, limit=limit, deadline=deadline, progress=progress)
+    deadline = Deadline.of(time_limit).end
+    model = MemoryModel.of(graph, inplace)
+    bounds = node_bounds(graph, inplace, deadline)
+    static_lb = lower_bound_bytes(graph, inplace, bounds=bounds)
+    name, incumbent, incumbent_peak = best_heuristic(graph, model, deadline)
+    if past(deadline):          # not even time to build the search's bitmasks
+        outcome = SearchOutcome(TIMEOUT, None, None, 0, 0, 0.0)
+    else:
+        space = SearchSpace(model, bounds=bounds)
+        limit = incumbent_peak - 1 if use_incumbent else None
+        outcome = search(space, limit=limit, deadline=deadline, progress=progress)
     details = {"expanded_states": outcome.expanded, "static_lower_bound_bytes": static_lb}
     if outcome.status == SOLVED:
         order, lb, optimal = space.order_names(outcome.order), outcome.peak, True
@@ -447,19 +495,20 @@ def run_whole_graph(graph: Graph, method: str, search, inplace: bool,
                        optimal=optimal, lower_bound=lb, **details)
 
 
-def dp_method(graph: Graph, *, inplace: bool = True, time_limit: float | None = None,
+def dp_method(graph: Graph, *, inplace: bool = True, time_limit: Deadline | float | None = None,
               seed: int = 0, progress: bool | None = None) -> ScheduleResult:
     """Level-by-level DP with bound pruning and dominance, whole graph (no splitting)."""
     return run_whole_graph(graph, "dp", level_dp, inplace, time_limit, progress)
 
 
-def astar_method(graph: Graph, *, inplace: bool = True, time_limit: float | None = None,
+def astar_method(graph: Graph, *, inplace: bool = True, time_limit: Deadline | float | None = None,
                  seed: int = 0, progress: bool | None = None) -> ScheduleResult:
     """Best-first (A*) search over scheduled sets, whole graph (no splitting)."""
     return run_whole_graph(graph, "astar", best_first, inplace, time_limit, progress)
 
 
-def descent_method(graph: Graph, *, inplace: bool = True, time_limit: float | None = None,
+def descent_method(graph: Graph, *, inplace: bool = True,
+                   time_limit: Deadline | float | None = None,
                    seed: int = 0, progress: bool | None = None) -> ScheduleResult:
     """Budget descent with depth-first decisions (:func:`descent`), whole graph."""
     trajectory: list[tuple[int, str]] = []
@@ -474,7 +523,8 @@ def descent_method(graph: Graph, *, inplace: bool = True, time_limit: float | No
     return result
 
 
-def textbook_method(graph: Graph, *, inplace: bool = True, time_limit: float | None = None,
+def textbook_method(graph: Graph, *, inplace: bool = True,
+                    time_limit: Deadline | float | None = None,
                     seed: int = 0, progress: bool | None = None) -> ScheduleResult:
     """The paper's plain level DP: every downset, no bounds, no pruning."""
     def plain(space, limit, deadline, progress):
@@ -483,9 +533,13 @@ def textbook_method(graph: Graph, *, inplace: bool = True, time_limit: float | N
                            use_incumbent=False)
 
 
-def greedy_method(graph: Graph, *, inplace: bool = True, time_limit: float | None = None,
-                  seed: int = 0) -> ScheduleResult:
-    """The greedy order (smallest next step first); the searches' usual first upper bound."""
+def greedy_method(graph: Graph, *, inplace: bool = True,
+                  time_limit: Deadline | float | None = None, seed: int = 0) -> ScheduleResult:
+    """The greedy order (smallest next step first); the searches' usual first upper bound.
+    Past the deadline it falls back to the stored order (``details['timed_out']``)."""
     t0 = time.perf_counter()
-    order = greedy_order(graph, MemoryModel(graph, inplace))
-    return make_result(graph, order, "greedy", time.perf_counter() - t0, inplace)
+    deadline = Deadline.of(time_limit).end
+    order = greedy_order(graph, MemoryModel.of(graph, inplace), deadline)
+    details = {} if order is not None else {"timed_out": True, "fallback_order": "stored"}
+    return make_result(graph, order or graph.op_names, "greedy", time.perf_counter() - t0,
+                       inplace, deadline=deadline, **details)

@@ -40,11 +40,12 @@ class ScheduleResult:
 
 def make_result(graph: Graph, order, method: str, seconds: float, inplace: bool = True,
                 optimal: bool = False, lower_bound: int | None = None,
-                **details: Any) -> ScheduleResult:
+                deadline: float | None = None, **details: Any) -> ScheduleResult:
     """Simulate ``order`` with the memory model and package it. ``optimal`` is also set when
-    the peak meets the lower bound (then it is proven whatever the method)."""
+    the peak meets the lower bound (then it is proven whatever the method); the bound is
+    computed within ``deadline`` (a ``perf_counter`` value) when not given."""
     sim = simulate(graph, order, inplace)
-    lb = lower_bound_bytes(graph, inplace) if lower_bound is None else lower_bound
+    lb = lower_bound_bytes(graph, inplace, deadline) if lower_bound is None else lower_bound
     return ScheduleResult(order=list(order), peak_bytes=sim.peak_bytes,
                           optimal=optimal or sim.peak_bytes <= lb, lower_bound_bytes=lb,
                           seconds=seconds, method=method, inplace=inplace,
