@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-stamp
 NODE_STAMP := node_modules/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast sweep system-deps clean-venv
+.PHONY: demo test test-fast sweep fuzz system-deps clean-venv
 
 $(STAMP): setup.py pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -33,6 +33,9 @@ test-fast: $(STAMP) system-deps $(NODE_STAMP)
 
 sweep: $(STAMP)   # the full 10,000-layer RiP sweep (CI runs a smaller one in the tests)
 	$(PY) -m tvm_serenity.rip.sweep --layers 10000 --seed 0
+
+fuzz: $(STAMP) system-deps $(NODE_STAMP)   # >= 1,000 .tflite mutants and graph files, damaged builds, hostile paths (~40 min)
+	$(PY) -m tests.fuzz --seed 0 --tflite 1000 --graphs 1000 --builds 100 --paths 80
 
 clean-venv:
 	rm -rf $(VENV) node_modules

@@ -1,7 +1,7 @@
 """Deployment benchmark: dual-buffer vs Right In-Place builds of real MCU models on the Pico
 (RP2040, rp2040js) and the Pico 2 (RP2350 proxy, QEMU mps2-an505).
 
-    python -m benchmarks.deploy_bench [--write] [--models vww mcunet] [--out DIR]
+    python -m benchmarks.deploy_bench [--write] [--quick] [--models vww mcunet] [--out DIR]
 
 For each model and each build (``rip=False``: dual-buffer, ``rip=True``: RiP), through
 :func:`tvm_serenity.deploy.compile_tflite` with the exact ``serenity`` schedule and the
@@ -132,7 +132,10 @@ def main(argv=None) -> None:
     parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
     parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=list(MODELS))
     parser.add_argument("--out", type=Path, help="keep the builds here (default: temporary)")
+    parser.add_argument("--quick", action="store_true", help="vww only (a few minutes)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.models = ["vww"]
     with tempfile.TemporaryDirectory(prefix="deploy-bench-") as tmp:
         results = measure(args.models, args.out or Path(tmp))
     markdown = render(results)

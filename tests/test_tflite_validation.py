@@ -334,3 +334,25 @@ def test_shared_models_validate(rel):
     ref.Interpreter(model)
     tflite_to_graph(model)
 
+
+
+@pytest.mark.parametrize("op", ["CONV_2D", "ADD"])
+def test_operator_without_its_builtin_options_is_refused_when_read(op, tmp_path):
+    """TFLite Micro runs an operator whose options table is missing with zeroed options
+    (stride 0, ...), so the result is undefined (the fuzz suite saw it differ): the reader
+    refuses it, naming the operator, for every consumer."""
+    b = ModelBuilder()
+    x = b.add_tensor((1, 4, 4, 2), scale=0.05, zero_point=0, name="x")
+    y = b.add_tensor((1, 4, 4, 2), scale=0.05, zero_point=0, name="y")
+    if op == "CONV_2D":
+        w = b.add_tensor((2, 1, 1, 2), scale=0.01, data=np.ones((2, 1, 1, 2)), name="w")
+        b.add_operator(op, [x, w, -1], [y], omit_options=True)
+    else:
+        b.add_operator(op, [x, x], [y], omit_options=True)
+    path = tmp_path / "no_options.tflite"
+    path.write_bytes(b.build([x], [y]))
+    message = rf"operator 0 \({op}\): its builtin options must be \w+Options, found none"
+    with pytest.raises(SerenityError, match=message):
+        load_tflite(path)
+    with pytest.raises(SerenityError, match=message):
+        compile_tflite(path, "host", tmp_path / "out", build=False)

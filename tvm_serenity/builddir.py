@@ -134,6 +134,13 @@ def build_kind(out_dir: str | os.PathLike) -> str | None:
 def verify_build(out_dir: str | os.PathLike, kinds: tuple[str, ...] | None = None) -> dict:
     """Check that ``out_dir`` holds an intact build of ours (of one of ``kinds``) and return
     its marker; raise :class:`BuildError` naming the first changed, missing or linked file."""
+    try:
+        return _verify(out_dir, kinds)
+    except OSError as e:
+        raise BuildError(f"cannot read build '{out_dir}': {e.strerror or e}") from None
+
+
+def _verify(out_dir, kinds) -> dict:
     out = absolute(out_dir)
     if out.is_symlink() or not out.is_dir():
         what = "does not exist" if not os.path.lexists(out) else "is not a directory"
@@ -230,7 +237,10 @@ def new_build(out_dir: str | os.PathLike, kind: str, *, force: bool = False,
     marker (the caller may fill it in while the build is written)."""
     out = absolute(out_dir)
     shown = os.fspath(out_dir)
-    exists = _check_destination(out, shown, force)
+    try:
+        exists = _check_destination(out, shown, force)
+    except OSError as e:        # a name too long, a folder that cannot be listed, ...
+        raise BuildError(f"cannot use output directory '{shown}': {e.strerror or e}") from None
     parent = out.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +35,7 @@ from .errors import SerenityError
 from .builddir import (absolute, build_kind, checked_model, new_build, sha256_of,
                        verify_build)
 from .files import check_fields, read_json
-from .text import counted
+from .text import counted, one_line
 
 __all__ = ["LIBRARY_FILE", "REPORT_FILE", "INPUTS_FILE", "RelaxBuild", "RelaxRun",
            "compile_relax", "run_relax", "is_relax_build", "load_relax_report"]
@@ -157,6 +159,38 @@ def _inputs_from_bytes(report: dict, data: bytes) -> list[np.ndarray]:
     return [np.frombuffer(data, dtype=t["dtype"]).reshape(t["shape"])]
 
 
+def _saved_inputs(path: Path, count: int) -> list[np.ndarray]:
+    """The ``count`` input arrays of a build's ``input.npz``."""
+    try:
+        with np.load(path) as saved:
+            return [saved[f"input{k}"] for k in range(count)]
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+        raise SerenityError(f"cannot read the inputs '{path}' ({type(e).__name__}: "
+                            f"{str(e)[:80]}); compile again") from None
+
+
+def check_shared_library(path: Path) -> None:
+    """Refuse a file that is not a whole ELF shared library: every program and section header
+    and every segment they describe must lie inside the file (``dlopen`` maps a truncated one
+    and the process dies of SIGBUS on first access)."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise SerenityError(f"cannot read '{path}': {e.strerror}; compile again") from None
+    bad = SerenityError(f"'{path}' is not a complete shared library (truncated or damaged); "
+                        "compile again")
+    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise bad                       # 64-bit little-endian ELF, as llvm builds here
+    phoff, shoff = struct.unpack_from("<QQ", data, 32)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, 54)
+    if phoff + phnum * phentsize > len(data) or shoff + shnum * shentsize > len(data):
+        raise bad
+    for k in range(phnum):
+        p_offset, _, _, p_filesz = struct.unpack_from("<QQQQ", data, phoff + k * phentsize + 8)
+        if p_offset + p_filesz > len(data):
+            raise bad
+
+
 def run_relax(out_dir: str | os.PathLike, input: bytes | None = None, *,
               check: bool = True) -> RelaxRun:
     """Run ``main`` of a directory written by :func:`compile_relax` on the Relax VM. ``input``:
@@ -175,9 +209,14 @@ def run_relax(out_dir: str | os.PathLike, input: bytes | None = None, *,
     if input is not None:
         inputs = _inputs_from_bytes(report, input)
     else:
-        with np.load(out / INPUTS_FILE) as saved:
-            inputs = [saved[f"input{k}"] for k in range(len(report["inputs"]))]
-    vm = relax.VirtualMachine(tvm.runtime.load_module(str(out / LIBRARY_FILE)), tvm.cpu())
+        inputs = _saved_inputs(out / INPUTS_FILE, len(report["inputs"]))
+    library = out / LIBRARY_FILE
+    check_shared_library(library)       # a cut-short library would crash the process (SIGBUS)
+    try:
+        vm = relax.VirtualMachine(tvm.runtime.load_module(str(library)), tvm.cpu())
+    except Exception as e:              # TVM's loader raises its own error types
+        raise SerenityError(f"cannot load '{library}': {one_line(str(e)).splitlines()[0][:200]}"
+                            "; compile again") from None
     t0 = time.perf_counter()
     result = vm["main"](*[tvm.runtime.tensor(np.ascontiguousarray(x)) for x in inputs])
     seconds = time.perf_counter() - t0

@@ -67,13 +67,16 @@ class ModelBuilder:
         return index
 
     def add_operator(self, op: str, inputs: Sequence[int], outputs: Sequence[int],
-                     options: Mapping[str, Any] | None = None, version: int = 1) -> None:
-        """Append a builtin operator (-1 in ``inputs`` marks an omitted optional input)."""
+                     options: Mapping[str, Any] | None = None, version: int = 1, *,
+                     omit_options: bool = False) -> None:
+        """Append a builtin operator (-1 in ``inputs`` marks an omitted optional input;
+        ``omit_options`` writes no options table at all, a malformed model for tests)."""
         if op not in self._codes:
             raise ValueError(f"unknown builtin operator {op!r}")
         if options and op not in _OPTIONS_TABLE:
             raise ValueError(f"operator {op} takes no options in this builder")
-        self._operators.append((op, list(inputs), list(outputs), dict(options or {}), version))
+        self._operators.append((op, list(inputs), list(outputs),
+                                None if omit_options else dict(options or {}), version))
 
     # ----------------------------------------------------------------------- serialization
     def build(self, inputs: Sequence[int], outputs: Sequence[int],
@@ -188,7 +191,7 @@ class ModelBuilder:
     @staticmethod
     def _options(b, op: str, options: dict[str, Any]) -> tuple[int, int | None]:
         cls_name = _OPTIONS_TABLE.get(op)
-        if cls_name is None:
+        if cls_name is None or options is None:
             return 0, None
         schema = _schema()
         module = importlib.import_module(f"tflite.{cls_name}")

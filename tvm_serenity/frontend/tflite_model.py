@@ -370,10 +370,26 @@ class _Reader:
             options: dict[str, Any] = {}
         else:
             options = _decode_options(op_fb)
+        wanted = _OPTIONS_OF.get(op)
+        if wanted is not None:
+            cls = _options_class("BuiltinOptions", op_fb.BuiltinOptionsType())
+            if cls is None or cls.__name__ != wanted:
+                found = "none" if cls is None else cls.__name__
+                raise self.fail(f"{where}: its builtin options must be {wanted}, found {found} "
+                                "(TFLite Micro would run it with zeroed options)")
         return Operator(index, op, inputs, outputs, options, version)
 
 
 # ------------------------------------------------------------------------------- options
+# The builtin options each operator needs (the ones the kernels read); TFLite Micro zero-fills
+# missing options (stride 0, ...), so a model without them has no defined result.
+_OPTIONS_OF = {"CONV_2D": "Conv2DOptions", "DEPTHWISE_CONV_2D": "DepthwiseConv2DOptions",
+               "AVERAGE_POOL_2D": "Pool2DOptions", "MAX_POOL_2D": "Pool2DOptions",
+               "FULLY_CONNECTED": "FullyConnectedOptions", "ADD": "AddOptions",
+               "MUL": "MulOptions", "CONCATENATION": "ConcatenationOptions",
+               "SOFTMAX": "SoftmaxOptions", "MEAN": "ReducerOptions",
+               "STRIDED_SLICE": "StridedSliceOptions",
+               "RESIZE_NEAREST_NEIGHBOR": "ResizeNearestNeighborOptions"}
 _ENUM_FIELDS = {"padding": "Padding", "fused_activation_function": "ActivationFunctionType"}
 _SKIP_METHODS = {"Init", "GetRootAs"}
 
