@@ -1,6 +1,7 @@
 """Graph IR: JSON round trip, validation errors naming the culprit, fuzzing the loader."""
 
 import json
+import os
 import random
 
 import pytest
@@ -236,3 +237,12 @@ def test_save_to_a_directory_or_missing_folder_is_one_graph_error(tmp_path):
                            (tmp_path / "missing" / "g.json", "No such file or directory")):
         with pytest.raises(GraphError, match=f"cannot write graph file '.*': {reason}$"):
             g.save(target)
+
+
+def test_load_refuses_what_is_not_a_regular_file(tmp_path):
+    """A FIFO would block the read forever, a directory is no graph: one line each."""
+    fifo = tmp_path / "graph.json"
+    os.mkfifo(fifo)
+    for path in (fifo, tmp_path):
+        with pytest.raises(GraphError, match="is not a regular file"):
+            Graph.load(path)

@@ -43,6 +43,7 @@ from __future__ import annotations
 import heapq
 import json
 import os
+import stat
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -309,6 +310,8 @@ class Graph:
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Graph":
         try:
+            if not stat.S_ISREG(os.stat(path).st_mode):   # a FIFO or device would block
+                raise GraphError(f"graph file '{path}' is not a regular file")
             with open(path, "rb") as f:
                 raw = f.read()
         except OSError as e:
