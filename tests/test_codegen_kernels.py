@@ -638,11 +638,11 @@ def test_table_binary_softmax_resize_bit_exact_on_host(tmp_path, case):
 
 
 def test_mcu_path_supports_every_int8_operator_of_the_relax_importer():
-    """graph_c emits every operator relax_import lowers (DEQUANTIZE to float32 is stripped at
-    the model's edge by integer_core, and a float QUANTIZE likewise)."""
+    """graph_c emits every operator relax_import lowers (DEQUANTIZE to float32 and a float
+    QUANTIZE included: the float edges, tests/test_multi_io.py)."""
     from tvm_serenity.codegen.graph_c import SUPPORTED_OPS
     from tvm_serenity.frontend import relax_import
-    assert set(relax_import.SUPPORTED_OPS) - {"DEQUANTIZE"} <= set(SUPPORTED_OPS)
+    assert set(relax_import.SUPPORTED_OPS) <= set(SUPPORTED_OPS)
 
 
 def test_mcu_ops_refuse_what_they_cannot_do(tmp_path):
@@ -968,3 +968,42 @@ def test_rewrite_variants_reject_what_they_cannot_be():
     with pytest.raises(CodegenError, match="dual layout only"):
         kernel_params(LayerSpec.depthwise_slice((4, 4, 3), 3, first_channel=0,
                                                 out_channels=8), "rip")
+
+
+# ------------------------------------------------------ float edges: QUANTIZE / DEQUANTIZE
+@needs_host_cc
+def test_float_edge_kernels_equal_the_reference(tmp_path):
+    """float32 -> int8 QUANTIZE on exact halves of the step (away from zero, both signs),
+    quarters, values far outside the int8 range (clamped, no int32 overflow) and signed zeros;
+    int8 -> float32 DEQUANTIZE on all 256 values: byte for byte the reference's
+    (TFLM's AffineQuantize / Dequantize)."""
+    from tvm_serenity.codegen.ops import c_helpers, dequantize_kernel, float_quantize_kernel
+    rng = np.random.default_rng(0)
+    scale, zp = 0.03125, -7
+    x = np.concatenate([(rng.integers(-160, 160, 3000) + rng.choice([0, 0.5, 0.25], 3000))
+                        * scale, rng.normal(0, 3, 2000), [-0.0, 0.0, 1e30, -1e30, 3e9],
+                        [0.5 * scale, -0.5 * scale]]).astype(np.float32)
+    q = np.arange(-128, 128, dtype=np.int8)
+    quant = float_quantize_kernel("quant", x.size, scale, zp)
+    deq = dequantize_kernel("deq", q.size, 0.1, 3)
+    assert "x / 0x1.0000000000000p-5f" in quant.source       # a division, in float32
+    src = tmp_path / "edges.c"
+    src.write_text("#include <stdint.h>\n#include <stdio.h>\n#include <string.h>\n"
+                   + c_helpers() + quant.source + deq.source + f"""
+static float xs[{x.size}], ys[256]; static int8_t qs[{x.size}], q8[256];
+int main(void) {{
+    if (fread(xs, 4, {x.size}, stdin) != {x.size} || fread(q8, 1, 256, stdin) != 256) return 1;
+    quant((const int8_t *)xs, qs);
+    deq(q8, (int8_t *)ys);
+    fwrite(qs, 1, {x.size}, stdout);
+    fwrite(ys, 4, 256, stdout);
+    return 0;
+}}
+""")
+    exe = tmp_path / "edges"
+    subprocess.run([HOST_CC, "-std=c99", "-O2", "-Wall", "-Werror", str(src), "-o", str(exe)],
+                   check=True)
+    raw = subprocess.run([str(exe)], input=x.tobytes() + q.tobytes(), capture_output=True,
+                         check=True).stdout
+    assert np.array_equal(np.frombuffer(raw[:x.size], np.int8), ref.quantize(x, scale, zp))
+    assert raw[x.size:] == ref.dequantize(q, 0.1, 3).tobytes()

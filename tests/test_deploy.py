@@ -12,7 +12,7 @@ import pytest
 
 from tvm_serenity import SerenityError
 from tvm_serenity.codegen.graph_c import SUPPORTED_OPS, integer_core
-from tvm_serenity.deploy import compile_tflite, load_plan, reference_output, run
+from tvm_serenity.deploy import compile_tflite, load_plan, reference_outputs, run
 from tvm_serenity.frontend import UnsupportedOperatorError, parse_tflite
 from tvm_serenity.frontend.builder import ModelBuilder
 from tflite_cases import SINGLE_OP_MODELS, model_path
@@ -99,15 +99,20 @@ def _chain_model() -> bytes:
 def test_integer_core_strips_float_edges():
     core = integer_core(parse_tflite(_chain_model(), name="chain"))
     assert core.stripped == ("QUANTIZE #0", "DEQUANTIZE #14")
-    assert [op.index for op in core.model.operators] == list(range(13))
+    assert [op.index for op in core.model.operators] == list(range(1, 14))   # file indices
     assert core.input.dtype == core.output.dtype == "int8"
     assert core.input.shape == (1, 12, 12, 3) and core.output.shape == (1, 10)
+    edged = integer_core(parse_tflite(_chain_model(), name="chain"), float_edges=True)
+    assert edged.stripped == () and len(edged.model.operators) == 15
+    assert [t.dtype for t in edged.inputs + edged.outputs] == ["float32", "float32"]
 
 
 def test_rip_build_overlaps_and_dual_build_does_not(tmp_path):
     path = _write(tmp_path, "chain", _chain_model())
-    rip = compile_tflite(path, "host", tmp_path / "rip", build=False)
-    dual = compile_tflite(path, "host", tmp_path / "dual", rip=False, build=False)
+    # the int8 core: with the float edges the 1,728 B float input dominates both arenas
+    rip = compile_tflite(path, "host", tmp_path / "rip", build=False, int8_core=True)
+    dual = compile_tflite(path, "host", tmp_path / "dual", rip=False, build=False,
+                          int8_core=True)
     assert {s.layout for s in dual.emitted.steps} <= {"dual", "copy"}
     assert "rip" in {s.layout for s in rip.emitted.steps}
     assert rip.arena_bytes < dual.arena_bytes
@@ -115,8 +120,17 @@ def test_rip_build_overlaps_and_dual_build_does_not(tmp_path):
     assert plan["arena_bytes"] == rip.arena_bytes and plan["rip"] is True
     assert plan["inplace_saved_bytes"] == sum(layer["saved_bytes"] for layer in plan["layers"])
     assert f"#define MODEL_ARENA_BYTES {rip.arena_bytes}\n" in rip.emitted.model_h
-    assert "static uint8_t arena[MODEL_ARENA_BYTES];" in rip.emitted.model_c
+    assert "static uint8_t arena[MODEL_ARENA_BYTES]" in rip.emitted.model_c
     assert "scale 0.019999" in rip.emitted.model_h       # the stripped QUANTIZE's scale
+    assert "#define MODEL_OUTPUT0_BYTES 10\n" in rip.emitted.model_h
+    assert plan["stripped_edges"] == ["QUANTIZE #0", "DEQUANTIZE #14"] and plan["int8_core"]
+    # default: the float edges run on the device, the I/O is the model's float32 tensors
+    edged = compile_tflite(path, "host", tmp_path / "edged", build=False)
+    assert "#define MODEL_INPUT0_TYPE float\n" in edged.emitted.model_h
+    assert "#define MODEL_OUTPUT0_BYTES 40\n" in edged.emitted.model_h       # 10 float32
+    assert [s.op for s in edged.emitted.steps][::len(edged.emitted.steps) - 1] == [
+        "QUANTIZE", "DEQUANTIZE"]
+    assert edged.arena_bytes == 12 * 12 * 3 * 5             # float input + its int8 copy
 
 
 def test_unsupported_operator_is_named(tmp_path):
@@ -134,7 +148,8 @@ def test_bad_target_and_input(tmp_path):
     path = _write(tmp_path, "pad", SINGLE_OP_MODELS["pad"]())
     with pytest.raises(SerenityError, match="unknown target 'esp32'"):
         compile_tflite(path, "esp32", tmp_path / "out")
-    with pytest.raises(SerenityError, match="the input has 3 bytes, the model takes 75"):
+    with pytest.raises(SerenityError, match=r"the input has 3 bytes, the model takes 75 "
+                                            r"\('\w+' int8 \[1, 5, 5, 3\]\)"):
         compile_tflite(path, "host", tmp_path / "out", input=b"abc", build=False)
     with pytest.raises(SerenityError, match="not a build directory"):
         run(tmp_path / "nowhere")
@@ -142,22 +157,28 @@ def test_bad_target_and_input(tmp_path):
 
 def test_rip_arena_at_least_one_eighth_smaller_on_vww(tmp_path):
     path = model_path(VWW)
-    rip = compile_tflite(path, "pico", tmp_path / "rip", build=False)
-    dual = compile_tflite(path, "pico", tmp_path / "dual", rip=False, build=False)
+    rip = compile_tflite(path, "pico", tmp_path / "rip", build=False, int8_core=True)
+    dual = compile_tflite(path, "pico", tmp_path / "dual", rip=False, build=False,
+                          int8_core=True)
     assert rip.arena_bytes <= 0.875 * dual.arena_bytes
     assert rip.arena_bytes == rip.plan.liveness_peak_bytes
 
 
 # ------------------------------------------------------------------ host builds, bit-exact
 @needs_cc
-@pytest.mark.parametrize("rip, planner", [(True, "optimal"), (False, "optimal"),
-                                          (True, "bestfit")])
-def test_chain_model_bit_exact_on_host(tmp_path, rip, planner):
-    """bestfit keeps an in-place input where it was and shifts it right before its step."""
+@pytest.mark.parametrize("rip, planner, int8_core", [(True, "optimal", False),
+                                                     (False, "optimal", False),
+                                                     (True, "bestfit", True)])
+def test_chain_model_bit_exact_on_host(tmp_path, rip, planner, int8_core):
+    """bestfit keeps an in-place input where it was and shifts it right before its step (on
+    the int8 core; the float edges, by default, make the float input the peak)."""
     path = _write(tmp_path, "chain", _chain_model())
-    compiled = compile_tflite(path, "host", tmp_path / "out", rip=rip, planner=planner)
+    compiled = compile_tflite(path, "host", tmp_path / "out", rip=rip, planner=planner,
+                              int8_core=int8_core)
     result = run(compiled.out_dir)                  # raises unless equal to the reference
-    assert result.output == reference_output(path, (tmp_path / "out" / "input.bin").read_bytes())
+    assert list(result.outputs) == reference_outputs(
+        path, (tmp_path / "out" / "input.bin").read_bytes(), int8_core=int8_core)
+    assert len(result.output) == (10 if int8_core else 40)    # int8, or float32 DEQUANTIZE
     assert result.arena_bytes == compiled.arena_bytes
     moved = [s for s in compiled.emitted.steps if s.moved_bytes]
     assert len(moved) == len(compiled.plan.moves) and (planner != "bestfit" or moved)
@@ -176,7 +197,7 @@ def test_single_operator_bit_exact_on_host(tmp_path, case):
     """One operator over the graph input: in place whenever the memory model allows it."""
     path = _write(tmp_path, case, SINGLE_OP_MODELS[case]())
     compile_tflite(path, "host", tmp_path / "out")
-    n = load_plan(tmp_path / "out")["input"]["bytes"]
+    n = load_plan(tmp_path / "out")["inputs"][0]["bytes"]
     for seed in (1, 2):
         x = np.random.default_rng(seed).integers(-128, 128, n, dtype=np.int8)
         run(tmp_path / "out", input=x)
@@ -188,8 +209,8 @@ def test_vww_bit_exact_on_host(tmp_path, planner):
     compiled = compile_tflite(model_path(VWW), "host", tmp_path / "out", planner=planner)
     assert planner == "optimal" or compiled.plan.moves
     result = run(compiled.out_dir)
-    assert result.output == reference_output(model_path(VWW), (tmp_path / "out/input.bin")
-                                             .read_bytes())
+    assert list(result.outputs) == reference_outputs(model_path(VWW), (tmp_path / "out/input.bin")
+                                                     .read_bytes())
 
 
 @needs_cc
@@ -211,10 +232,10 @@ def test_flash_overflow_is_refused_with_the_figures(tmp_path):
     """mobilenet_v3's 2 MB of weights do not fit the Pico's 2 MiB flash (its SRAM would):
     one line with the bytes, not the linker's output."""
     path = model_path("keras/mobilenet_v3_small_075_96.tflite")
-    with pytest.raises(SerenityError, match=r"model does not fit: pico \(RP2040\) flash: code, "
-                                            r"weights and constants need [\d,]+ B of 2,097,152 "
-                                            r"B \(2048 KiB\): over by [\d,]+ B \(SRAM would "
-                                            r"fit: [\d,]+ B of 270,336 B\)"):
+    with pytest.raises(SerenityError, match=r"model does not fit: pico \(RP2040\) SRAM: .* = "
+                                            r"[\d,]+ B of 270,336 B \(264 KiB\), [\d,]+ B "
+                                            r"free; flash: code, weights and constants [\d,]+ B "
+                                            r"of 2,097,152 B \(2048 KiB\): over by [\d,]+ B$"):
         compile_tflite(path, "pico", tmp_path / "out")
 
 

@@ -3,9 +3,11 @@ the same stand-in model (tests/micro_fixture: int8 3x3 conv + requantisation) ru
 in rp2040js and in QEMU with byte-identical outputs. Tests needing the Arm toolchain, QEMU
 or rp2040js (`npm ci`) skip with the reason when those are missing."""
 
+import random
 import re
 import shutil
 import struct
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -26,15 +28,24 @@ FIRMWARE = Path(micro_project.__file__).with_name("firmware")
 
 def _write_model(directory: Path, arena: str, body: str, n_in: int = 16,
                  n_out: int = 16) -> Path:
+    """A one-input model: the input at arena[0], the output right after it; ``body`` is
+    model_run's, with ``in`` and ``out`` pointing there."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "model.h").write_text(
-        "#include <stdint.h>\n"
-        f"#define MODEL_INPUT_BYTES {n_in}\n#define MODEL_OUTPUT_BYTES {n_out}\n"
+        "#include <stdint.h>\n#define MODEL_NUM_INPUTS 1\n#define MODEL_NUM_OUTPUTS 1\n"
+        f"#define MODEL_INPUT0_BYTES {n_in}\n#define MODEL_OUTPUT0_BYTES {n_out}\n"
         f"#define MODEL_ARENA_BYTES {arena}\n"
-        "void model_run(const int8_t *in, int8_t *out);\n")
+        "extern const uint32_t model_input_bytes[1];\n"
+        "extern const uint32_t model_output_bytes[1];\n"
+        "void *model_input(int i);\nvoid *model_output(int i);\nvoid model_run(void);\n")
     (directory / "model.c").write_text(
         '#include "model.h"\nstatic uint8_t arena[MODEL_ARENA_BYTES];\n'
-        f"void model_run(const int8_t *in, int8_t *out) {{ {body} }}\n")
+        "const uint32_t model_input_bytes[1] = {MODEL_INPUT0_BYTES};\n"
+        "const uint32_t model_output_bytes[1] = {MODEL_OUTPUT0_BYTES};\n"
+        "void *model_input(int i) { (void)i; return arena; }\n"
+        f"void *model_output(int i) {{ (void)i; return arena + {n_in}; }}\n"
+        "void model_run(void) { const int8_t *in = (const int8_t *)arena; "
+        f"int8_t *out = (int8_t *)arena + {n_in}; {body} }}\n")
     return directory
 
 
@@ -90,25 +101,31 @@ def test_uf2_roundtrip_and_validation():
 
 def test_model_sizes_from_header(tmp_path):
     assert read_model_sizes(FIXTURE / "model.h") == {
-        "MODEL_INPUT_BYTES": 2048, "MODEL_OUTPUT_BYTES": 4096, "MODEL_ARENA_BYTES": 6688}
+        "inputs": [2048], "outputs": [4096], "arena_bytes": 6688}
     _write_model(tmp_path, "(ARENA_KB * 1024u) /* aligned */", "", n_in=8)
     (tmp_path / "model.h").write_text((tmp_path / "model.h").read_text()
                                       + "#define ARENA_KB 0x12\n")
-    assert read_model_sizes(tmp_path / "model.h")["MODEL_ARENA_BYTES"] == 18 * 1024
-    (tmp_path / "model.h").write_text("#define MODEL_INPUT_BYTES 4\n")
-    with pytest.raises(SerenityError, match="does not #define MODEL_OUTPUT_BYTES"):
+    assert read_model_sizes(tmp_path / "model.h") == {
+        "inputs": [8], "outputs": [16], "arena_bytes": 18 * 1024}
+    (tmp_path / "model.h").write_text("#define MODEL_NUM_INPUTS 2\n#define MODEL_INPUT0_BYTES 4\n")
+    with pytest.raises(SerenityError, match="does not #define MODEL_INPUT1_BYTES"):
         read_model_sizes(tmp_path / "model.h")
 
 
 def test_report_parsing_rejects_garbled_output():
-    out = bytes([1, 2, 250])
-    good = (f"noise\nSERENITY-BEGIN\noutput={out.hex()}\nchecksum={fnv1a32(out):#010x}\n"
-            "output_bytes=3\nticks=10\nticks_unit=cpu_clock\narena_bytes=8\narena_touched=3\n"
-            "SERENITY-END\n")
+    out, out2 = bytes([1, 2, 250]), bytes([7, 0])
+    good = (f"noise\nSERENITY-BEGIN\noutputs=2\noutput0={out.hex()}\noutput1={out2.hex()}\n"
+            f"checksum={fnv1a32(out + out2):#010x}\noutput_bytes=5\nticks=10\n"
+            "ticks_unit=cpu_clock\narena_bytes=8\narena_touched=3\nSERENITY-END\n")
     fields = parse_report(good, "test")
-    assert fields["output"] == out and fields["ticks"] == 10
+    assert fields["outputs"] == (out, out2) and fields["ticks"] == 10
     with pytest.raises(SerenityError, match="report garbled"):
         parse_report(good.replace(out.hex(), "0102fb"), "test")
+    with pytest.raises(SerenityError, match="report garbled: 3 output bytes for 5"):
+        parse_report(good.replace("outputs=2", "outputs=1"), "test")
+    with pytest.raises(SerenityError, match="malformed report .*output1"):
+        parse_report(good.replace("outputs=2", "outputs=3").replace("output1=", "outputX="),
+                     "test")
     with pytest.raises(SerenityError, match="no complete SERENITY-BEGIN"):
         parse_report(good[:40], "test")
     with pytest.raises(SerenityError, match="fault exception"):
@@ -124,12 +141,14 @@ def test_generated_project_is_self_contained(projects, tmp_path):
                  "pico-emulator.ld", "pico-device.ld", "serenity_project.json"):
         assert (p / name).is_file(), name
     meta = micro.load_project(p)
-    assert meta["board"] == "pico" and meta["model"]["model_arena_bytes"] == 6688
-    values = re.findall(r"-?\d+", (p / "input.c").read_text().split("{", 1)[1])
-    assert len(values) == 2048 and all(-128 <= int(v) <= 127 for v in values)
+    assert meta["board"] == "pico" and meta["model"] == {
+        "inputs": [2048], "outputs": [4096], "arena_bytes": 6688}
+    values = re.findall(r"\d+", (p / "input.c").read_text().split("{", 1)[1].split("}")[0])
+    assert bytes(int(v) for v in values) == random.Random(0).randbytes(2048)   # seed 0
     ld = (p / "pico-device.ld").read_text()
     assert 'REGION_ALIAS("CODE", RAM)' in ld and "__serenity_stack_reserve = 8192" in ld
-    with pytest.raises(SerenityError, match="input_data has 3 bytes, the model takes 2048"):
+    with pytest.raises(SerenityError, match="input_data.0. has 3 bytes, input 0 of the model "
+                                            "takes 2,048"):
         micro.generate_project(tmp_path / "x", FIXTURE, "pico", input_data=b"abc")
     with pytest.raises(SerenityError, match="has no model.c"):
         micro.generate_project(tmp_path / "y", tmp_path, "pico")
@@ -260,6 +279,31 @@ def test_fit_check_refuses_300kb_arena_on_pico(tmp_path):
 
 
 @needs_arm
+def test_fit_refusal_names_sram_and_flash_at_once(tmp_path):
+    """3 MiB of weights (over the Pico's 2 MiB flash) and a 300 KiB arena (over its SRAM):
+    one line names both overflows, each matching the linker's own figure; with the arena
+    small, the flash overflow alone is refused the same way."""
+    weights = ("static const uint8_t weights[3u << 20] = {1}; "
+               "arena[0] = weights[in[0] & 0xFF]; out[0] = (int8_t)arena[0];")
+    for arena, sram_over in (("(300u * 1024u)", True), ("64", False)):
+        model = _write_model(tmp_path / f"w{sram_over}", arena, weights)
+        project = micro.generate_project(tmp_path / f"p{sram_over}", model, "pico")
+        with pytest.raises(micro.DoesNotFitError) as err:
+            micro.build(project, emulate=True)
+        msg = str(err.value)
+        assert msg.startswith("model does not fit: pico (RP2040) SRAM: arena ") and "\n" not in msg
+        flash = re.search(r"flash: code, weights and constants ([\d,]+) B of 2,097,152 B "
+                          r"\(2048 KiB\): over by ([\d,]+) B", msg)
+        used, over = (int(g.replace(",", "")) for g in flash.groups())
+        assert used - over == 2 << 20 and 3 << 20 < used < (3 << 20) + 65536
+        assert ("SRAM" in msg.split("; flash")[0]) and (
+            ("over by" in msg.split("; flash")[0]) == sram_over)
+        link = subprocess.run(micro.build_plan("pico", emulate=True).link_command(),
+                              cwd=project, capture_output=True, text=True)
+        assert f"region `CODE' overflowed by {over} bytes" in link.stderr
+
+
+@needs_arm
 def test_makefile_builds_the_same_images(projects, tmp_path):
     if shutil.which("make") is None:
         pytest.skip("make not installed")
@@ -347,10 +391,10 @@ def test_qemu_matches_host(projects, host_result):
 def test_qemu_instruction_count_is_exact(tmp_path):
     loops = 250_000   # SUBS + BNE per iteration
     model = _write_model(
-        tmp_path / "spin", "16",
+        tmp_path / "spin", "32",
         f'register uint32_t n __asm__("r0") = {loops}u;'
         ' __asm volatile("1: subs r0, r0, #1\\n bne 1b" : "+r"(n));'
-        " arena[0] = 1; for (int i = 0; i < 16; i++) out[i] = in[i];")
+        " arena[0] = 1; (void)in; (void)out;")
     project = micro.generate_project(tmp_path / "p", model, "pico2")
     result = micro.run(project, emulate=True)
     assert 2 * loops <= result.instructions <= 2 * loops + 100

@@ -191,7 +191,7 @@ def test_dual_buffer_build_copies_the_running_sum(tmp_path):
     assert compiled.rewrite.applied and not compiled.plan.inplace
     accumulate = [s for s in compiled.emitted.steps if s.op == "CONV_2D/accumulate"]
     assert len(accumulate) == 2 and {s.layout for s in accumulate} == {"dual"}
-    assert compiled.emitted.model_c.count("memcpy(ARENA(") >= 2 + 1   # + the input copy
+    assert compiled.emitted.model_c.count("memcpy(ARENA(") >= 2      # one per accumulation
     assert compiled.arena_bytes == compiled.rewrite.peak_after < plain.arena_bytes
     _seeds_bit_exact(compiled.out_dir, compiled.emitted.input_bytes, seeds=(4, 5))
 

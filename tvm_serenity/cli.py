@@ -34,7 +34,7 @@ def _kib(n: int) -> str:
 
 def _add_schedule(sub) -> None:
     from .alloc import PLANNERS
-    from .schedule import METHODS
+    from .schedule import DEFAULT_TIME_LIMIT, METHODS
     p = sub.add_parser("schedule", help="order a graph's operators for minimum peak memory",
                        description="Schedule GRAPH.json (interchange JSON), plan its arena and "
                                    "print the order, its liveness peak, a lower bound and the "
@@ -42,9 +42,13 @@ def _add_schedule(sub) -> None:
     p.add_argument("graph", help="graph interchange JSON file")
     p.add_argument("--method", default="serenity", choices=sorted(METHODS) + ["all"],
                    help="scheduling method (default: serenity; 'all' compares every method but "
-                        "the exhaustive textbook DP, 10 s each unless --time-limit)")
+                        "the exhaustive textbook DP, sharing the scheduling time, at most "
+                        f"{ALL_METHODS_TIME_LIMIT:g} s each)")
     p.add_argument("--time-limit", type=float, default=None, metavar="SEC",
-                   help="stop searching after SEC seconds and return the best order found")
+                   help="bound for the whole command, scheduling (and rewriting) up to half "
+                        "of it, arena planning the rest; past it the best order and arena "
+                        "found come back with optimal false and their gap (default: "
+                        f"{DEFAULT_TIME_LIMIT:g})")
     p.add_argument("--no-inplace", dest="inplace", action="store_false",
                    help="ignore in-place capable nodes (the SERENITY paper's plain model)")
     p.add_argument("--rewrite", action="store_true",
@@ -61,32 +65,37 @@ def _add_schedule(sub) -> None:
 
 
 def _cmd_schedule(args) -> int:
-    from .alloc import DEFAULT_TIME_LIMIT as DEFAULT_PLAN_TIME_LIMIT
     from .alloc import plan_arena
-    from .schedule import METHODS, schedule
+    from .schedule import METHODS, Deadline, schedule
+    total = Deadline.of(args.time_limit, what="--time-limit")  # one deadline for everything
     graph = Graph.load(args.graph)
+    # Scheduling (with rewriting) may take half the time; the arena planner gets what is left
+    # but a fifth, kept for the plan's liveness and verification and the output.
+    scheduling = total.share(0.5)
     rewrite = None
     if args.rewrite:
         if args.method == "all":
             raise SerenityError("--rewrite needs one --method, not 'all'")
         from .rewrite import rewrite_graph
-        rewrite = rewrite_graph(graph, inplace=args.inplace, time_limit=args.time_limit,
+        rewrite = rewrite_graph(graph, inplace=args.inplace, time_limit=scheduling,
                                 method=args.method)
         graph = rewrite.graph
     if args.save_graph:
         graph.save(args.save_graph)
-    time_limit = args.time_limit
     if args.method == "all":    # the textbook DP is exhaustive by design: only on request
         methods = sorted(m for m in METHODS if m != "textbook")
-        time_limit = ALL_METHODS_TIME_LIMIT if time_limit is None else time_limit
     else:
         methods = [args.method]
-    results = [rewrite.schedule if rewrite else
-               schedule(graph, m, inplace=args.inplace, time_limit=time_limit,
-                        seed=args.seed) for m in methods]
+    results = [rewrite.schedule] if rewrite else []
+    for k, m in enumerate([] if rewrite else methods):   # equal shares of what is left
+        limit = scheduling.share(1 / (len(methods) - k))
+        if len(methods) > 1:
+            limit = Deadline.of(min(limit.remaining(), ALL_METHODS_TIME_LIMIT))
+        results.append(schedule(graph, m, inplace=args.inplace, time_limit=limit,
+                                seed=args.seed))
     best = min(results, key=lambda r: r.peak_bytes)
     plan = plan_arena(graph, best.order, args.planner, args.alignment, args.inplace,
-                      DEFAULT_PLAN_TIME_LIMIT if time_limit is None else time_limit)
+                      total.share(0.8))
     arena = {"arena_bytes": plan.arena_bytes, "planner": plan.planner,
              "arena_status": plan.status, "arena_gap": round(plan.gap, 6),
              "arena_seconds": round(plan.seconds, 6), "offsets": plan.offsets,
@@ -127,7 +136,7 @@ LLVM_TARGET = "llvm"
 
 def _add_compile(sub) -> None:
     from .alloc import PLANNERS
-    from .deploy import TARGETS
+    from .micro.boards import BOARDS     # not deploy: it imports TVM (seconds of start-up)
     from .schedule import METHODS
     p = sub.add_parser("compile", help="compile a .tflite int8 model for a board (like tvmc)",
                        description="Compile MODEL (.tflite, int8) for TARGET into OUT: model.c/"
@@ -135,7 +144,7 @@ def _add_compile(sub) -> None:
                                    "--target llvm, a TVM Relax VM library (model.so) built with "
                                    "the serenity pipeline and relax.json.")
     p.add_argument("model", help="int8 .tflite model")
-    p.add_argument("--target", default="pico", choices=(*TARGETS, LLVM_TARGET),
+    p.add_argument("--target", default="pico", choices=(*BOARDS, LLVM_TARGET),
                    help="a board (pico, pico2), its C built natively (host), or TVM's llvm "
                         "target through the Relax VM (llvm; --rip does not apply)")
     p.add_argument("-o", "--output", default="serenity_out", metavar="OUT",
@@ -150,7 +159,12 @@ def _add_compile(sub) -> None:
                    help="identity graph rewriting: partition concat -> conv / depthwise "
                         "where it lowers the scheduler's peak (bit-exact; default: off)")
     p.add_argument("--time-limit", type=float, default=30.0, metavar="SEC",
-                   help="bound for the scheduler and the arena solver, each (default: 30)")
+                   help="bound for the scheduler (with --rewrite, the whole rewrite search) "
+                        "and the arena solver together (default: 30)")
+    p.add_argument("--int8-core", action="store_true",
+                   help="strip a float32 input QUANTIZE and output DEQUANTIZE and run the int8 "
+                        "core (default: the firmware takes and returns the model's own "
+                        "float32/int8 tensors; MCU targets only)")
     p.add_argument("--force", action="store_true",
                    help="replace OUT even when it holds an earlier build whose files were "
                         "edited (never a directory that is not a tvm-serenity build)")
@@ -196,7 +210,7 @@ def _cmd_compile(args) -> int:
     compiled = deploy.compile_tflite(model, args.target, args.output, schedule=args.schedule,
                                      planner=args.planner, rip=args.rip,
                                      rewrite=args.rewrite, time_limit=args.time_limit,
-                                     force=args.force)
+                                     force=args.force, int8_core=args.int8_core)
     from .report import write_compiled_report
     report = write_compiled_report(args.output)
     if args.json:
@@ -266,13 +280,20 @@ def _cmd_run(args) -> int:
     result = deploy.run(args.output, emulate=args.where != "board", input=data,
                         host=args.where == "host", check=not args.no_check,
                         timeout=args.timeout)
+    payload = result.to_json()
     if args.json:
-        print(json.dumps(result.to_json()))
+        print(json.dumps(payload))
     else:
-        for key, value in result.to_json().items():
+        outputs = payload.pop("outputs")
+        for key, value in payload.items():
             print(f"{key:>20}: {value}")
+        if len(outputs) > 1:        # one line per output; "output" above is all of them
+            for k, value in enumerate(outputs):
+                print(f"{f'output {k}':>20}: {value}")
         if not args.no_check:
-            print(f"{'check':>20}: output identical to the reference interpreter")
+            print(f"{'check':>20}: " + ("output identical" if len(outputs) == 1 else
+                                        f"all {len(outputs)} outputs identical")
+                  + " to the reference interpreter")
     return 0
 
 
@@ -330,9 +351,7 @@ def main(argv=None) -> int:
         args = build_parser().parse_args(argv)
         return args.func(args)
     except SerenityError as e:
-        msg = one_line(str(e))
-        print(msg if msg.startswith("tvm-serenity") else f"tvm-serenity: error: {msg}",
-              file=sys.stderr)
+        print(f"tvm-serenity: error: {one_line(str(e))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("tvm-serenity: interrupted", file=sys.stderr)

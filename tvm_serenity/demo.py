@@ -123,7 +123,8 @@ def _build_and_run(model: Path, out: Path, label: str, emulate: bool, **options)
     except SerenityError as e:
         return DemoRow(**row, cycles=None, output_ok=None, note=f"run failed: {e}",
                        failed=True)
-    ok = result.output == deploy.reference_output(model, (out / deploy.INPUT_FILE).read_bytes())
+    ok = list(result.outputs) == deploy.reference_outputs(
+        model, (out / deploy.INPUT_FILE).read_bytes())
     return DemoRow(**row, cycles=result.cycles, output_ok=ok)
 
 

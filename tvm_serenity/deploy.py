@@ -2,7 +2,7 @@
 
 :func:`compile_tflite` runs the whole pipeline and writes everything into ``out_dir``::
 
-    TFLite int8 model ─ integer_core (strip float QUANTIZE/DEQUANTIZE edges)
+    TFLite int8 model ─ integer_core (float edges kept, or stripped with int8_core=True)
         ─ tflite_to_graph (graph IR, PAD folded into convolutions, in-place flags)
         ─ schedule(graph, method)              memory-aware order (tvm_serenity.schedule)
         ─ plan_arena(graph, order, planner)    offsets in one arena, verified (tvm_serenity.alloc)
@@ -26,24 +26,35 @@ kernel loops on two buffers). Building checks the SRAM fit for ``pico``/``pico2`
 kernel scratch + .data/.bss + stack reserve against the chip's SRAM) and refuses a model that
 does not fit with every part itemised.
 
+Inputs and outputs: any number, as the model's signature has them (``model_input(i)`` /
+``model_output(i)`` in the arena, :mod:`tvm_serenity.codegen.graph_c`). By default a float32
+input with its QUANTIZE and a float32 output with its DEQUANTIZE run on the device (TFLM's
+kernels, bit-exact), so the firmware takes and returns what the model's signature says;
+``int8_core=True`` strips those edges and runs the int8 core (``plan.json`` ``int8_core``).
+
 Layout of ``out_dir``: ``model/`` (model.c, model.h), ``project/`` (the micro project: harness,
-Makefile, linker scripts, Pico SDK project, input.c), ``input.bin`` (the int8 input the
-project runs), ``graph.json`` (the graph IR the order refers to; with ``rewrite``, also
+Makefile, linker scripts, Pico SDK project, input.c), ``input.bin`` (the input bytes the
+project runs: every input's raw bytes, in the model's order, one after the other), ``graph.json`` (the graph IR the order refers to; with ``rewrite``, also
 ``graph_source.json``, the graph before rewriting) and ``plan.json`` (order,
 offsets, arena bytes, liveness peak, lower bounds, per-layer in-place savings, scratch, fit).
 
 :func:`run` runs a compiled directory on the target's emulator (rp2040js for ``pico``, QEMU
 for ``pico2``), a connected board (``emulate=False``) or natively (``host=True``, the same
-model.c), and by default checks the output bytes against the numpy reference interpreter
-(:mod:`tvm_serenity.frontend.reference`, bit-exact with TFLite Micro) on the same input.
-Inputs and outputs are the int8 tensors of :func:`~tvm_serenity.codegen.graph_c.integer_core`.
+model.c), and by default checks every output's bytes against the numpy reference
+interpreter (:mod:`tvm_serenity.frontend.reference`, bit-exact with TFLite Micro) on the same
+inputs, naming the first output that differs. An input given to :func:`compile_tflite` or
+:func:`run` is raw bytes (one input, or all inputs one after the other), an array, a list of
+arrays or bytes in the model's order, a mapping keyed by input index or tensor name (or
+``arr_<i>``, as ``np.savez`` names positional arrays), or the bytes of an ``.npz`` file.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,24 +62,24 @@ import numpy as np
 
 from . import micro
 from .alloc import ArenaPlan, plan_arena
-from .codegen.graph_c import (EmittedModel, IntegerCore, concat_is_copy, emit_model,
-                              integer_core)
+from .codegen.graph_c import (EmittedModel, IntegerCore, IOTensor, concat_is_copy,
+                              emit_model, integer_core)
 from .errors import SerenityError
 from .builddir import (absolute, checked_model, new_build, refresh_marker, sha256_of,
                        verify_build, write_bytes)
 from .files import check_fields, read_json
 from .frontend import Interpreter, load_tflite, tflite_to_graph
-from .frontend.tflite_model import TFLiteModel
+from .frontend.tflite_model import Tensor, TFLiteModel
 from .graph import Graph
 from .rewrite import RewriteResult, rewrite_graph
-from .schedule import ScheduleResult
+from .schedule import Deadline, ScheduleResult
 from .schedule import schedule as schedule_graph
 from .text import counted
 
 __all__ = ["TARGETS", "DEFAULT_TIME_LIMIT", "PLAN_FILE", "GRAPH_FILE", "SOURCE_GRAPH_FILE",
-           "CompiledModel", "compile_tflite", "run", "reference_output", "load_plan"]
+           "CompiledModel", "compile_tflite", "run", "reference_outputs", "load_plan"]
 
-TARGETS = ("pico", "pico2", "host")
+TARGETS = tuple(micro.BOARDS)     # pico, pico2, host
 DEFAULT_TIME_LIMIT = 30.0
 PLAN_FILE = "plan.json"
 GRAPH_FILE = "graph.json"
@@ -98,6 +109,7 @@ class CompiledModel:
     firmware: micro.Firmware | None       # None when built with build=False
     rewrite: RewriteResult | None = None  # identity graph rewriting (rewrite=True)
     source_graph: Graph | None = None     # the graph before rewriting (rewrite=True)
+    int8_core: bool = False               # float edges stripped (module docstring)
 
     @property
     def model_dir(self) -> Path:
@@ -123,8 +135,10 @@ class CompiledModel:
         plan = self.plan
         return {
             "model": str(self.source), "name": self.core.source.name, "target": self.target,
-            "rip": self.rip, "stripped_edges": list(self.core.stripped),
-            "input": self.core.input.to_json(), "output": self.core.output.to_json(),
+            "rip": self.rip, "int8_core": self.int8_core,
+            "stripped_edges": list(self.core.stripped),
+            "inputs": [t.to_json() for t in self.emitted.inputs],
+            "outputs": [t.to_json() for t in self.emitted.outputs],
             "schedule": {"method": self.schedule.method, "peak_bytes": self.schedule.peak_bytes,
                          "optimal": self.schedule.optimal,
                          "lower_bound_bytes": self.schedule.lower_bound_bytes,
@@ -185,25 +199,94 @@ class CompiledModel:
         return "\n".join(lines)
 
 
-def _random_input(nbytes: int, seed: int) -> bytes:
-    return np.random.default_rng(seed).integers(-128, 128, nbytes, dtype=np.int8).tobytes()
+def _random_inputs(core: IntegerCore, seed: int) -> list[bytes]:
+    """``seed``-random bytes for each input: int8 uniformly; a float32 input uniformly over
+    the range its QUANTIZE maps onto int8, two steps beyond at each end (so clamping runs)."""
+    rng = np.random.default_rng(seed)
+    consumers = core.model.consumers()
+    out = []
+    for t in core.inputs:
+        if t.dtype == "int8":
+            out.append(rng.integers(-128, 128, t.size, dtype=np.int8).tobytes())
+            continue
+        readers = [core.model.operator(i) for i in consumers.get(t.index, ())]
+        q = next((core.model.tensors[op.outputs[0]].quant for op in readers
+                  if op.op == "QUANTIZE"), None)
+        scale, zp = (q.scalar_scale, q.scalar_zero_point) if q is not None else (1 / 64, 0)
+        x = rng.uniform(scale * (-130 - zp), scale * (129 - zp), t.size)
+        out.append(x.astype(np.float32).tobytes())
+    return out
 
 
-def _input_bytes(data, nbytes: int) -> bytes:
-    raw = np.ascontiguousarray(data, dtype=np.int8).tobytes() if isinstance(data, np.ndarray) \
-        else bytes(data)
-    if len(raw) != nbytes:
-        raise SerenityError(f"the input has {counted(len(raw), 'byte')}, the model takes "
-                            f"{nbytes:,} (int8)")
-    return raw
+def _nbytes(t: IOTensor | Tensor) -> int:
+    return int(np.prod(t.shape, dtype=np.int64)) * np.dtype(t.dtype).itemsize
+
+
+def _input_arrays(data, tensors) -> list[bytes]:
+    """The bytes of each input from ``data`` in any of the forms of the module docstring,
+    checked against the model's inputs ``tensors`` (:class:`IOTensor` or
+    :class:`~tvm_serenity.frontend.tflite_model.Tensor`; one line naming the input on any
+    mismatch)."""
+    if isinstance(data, (bytes, bytearray)) and bytes(data[:4]) == b"PK\x03\x04":
+        try:
+            with np.load(io.BytesIO(bytes(data)), allow_pickle=False) as npz:
+                data = {k: npz[k] for k in npz.files}
+        except (OSError, ValueError, zipfile.BadZipFile) as e:
+            raise SerenityError(f"the input is not a readable .npz file ({e})") from None
+    if isinstance(data, (bytes, bytearray)):
+        total = sum(_nbytes(t) for t in tensors)
+        if len(data) != total:
+            what = ", ".join(f"'{t.name}' {t.dtype} {list(t.shape)}" for t in tensors)
+            raise SerenityError(f"the input has {counted(len(data), 'byte')}, the model takes "
+                                f"{total:,} ({what})")
+        ends = np.cumsum([0] + [_nbytes(t) for t in tensors])
+        return [bytes(data[a:b]) for a, b in zip(ends[:-1], ends[1:])]
+    if isinstance(data, np.ndarray):
+        data = [data]
+    if isinstance(data, dict):
+        keys = {}
+        for k, t in enumerate(tensors):
+            for key in (k, str(k), f"arr_{k}", t.name):
+                keys[key] = k
+        unknown = [key for key in data if key not in keys]
+        if unknown:
+            raise SerenityError(f"input {unknown[0]!r} is not an input of the model (inputs: "
+                                f"{', '.join(repr(t.name) for t in tensors)})")
+        given = {keys[key]: value for key, value in data.items()}
+        missing = [t.name for k, t in enumerate(tensors) if k not in given]
+        if missing:
+            raise SerenityError(f"no value for input '{missing[0]}'")
+        data = [given[k] for k in range(len(tensors))]
+    data = list(data)
+    if len(data) != len(tensors):
+        raise SerenityError(f"{counted(len(data), 'input')} given, the model has "
+                            f"{len(tensors)}")
+    out = []
+    for value, t in zip(data, tensors):
+        if isinstance(value, (bytes, bytearray)):
+            raw = bytes(value)
+        else:
+            a = np.asarray(value)
+            cast = a.astype(t.dtype)
+            exact = a.dtype.kind in "fiu" if t.dtype == "float32" else \
+                a.dtype.kind in "iu" and np.array_equal(cast, a)     # no int8 overflow
+            if a.size != int(np.prod(t.shape)) or not exact:
+                raise SerenityError(f"input '{t.name}' must be {t.dtype} of shape "
+                                    f"{list(t.shape)}, got {a.dtype} {list(a.shape)}")
+            raw = np.ascontiguousarray(cast).tobytes()
+        if len(raw) != _nbytes(t):
+            raise SerenityError(f"input '{t.name}' has {counted(len(raw), 'byte')}, the model "
+                                f"takes {_nbytes(t):,} ({t.dtype} {list(t.shape)})")
+        out.append(raw)
+    return out
 
 
 def _rewrite(graph: Graph, model: TFLiteModel, rip: bool, method: str,
-             time_limit: float | None) -> RewriteResult:
+             time_limit: Deadline | float | None) -> RewriteResult:
     """:func:`rewrite_graph` on ``graph``, with the concats that are not pure copies in the
     model (:func:`~tvm_serenity.codegen.graph_c.concat_is_copy`) kept out of every pattern."""
     hidden = {n.name for n in graph.nodes.values() if n.op == "concatenation"
-              and not concat_is_copy(model, model.operators[int(n.attrs["tflite_index"])])}
+              and not concat_is_copy(model, model.operator(int(n.attrs["tflite_index"])))}
     masked = Graph([dataclasses.replace(n, op="concatenation_requantized")
                     if n.name in hidden else n for n in graph.nodes.values()],
                    graph.outputs, graph.name)
@@ -222,18 +305,19 @@ def compile_tflite(path: str | os.PathLike, target: str = "pico",
                    time_limit: float | None = DEFAULT_TIME_LIMIT, input=None, seed: int = 0,
                    opt_level: str | None = "O2", build: bool = True,
                    stack_reserve: int = micro.DEFAULT_STACK_RESERVE,
-                   force: bool = False) -> CompiledModel:
+                   force: bool = False, int8_core: bool = False) -> CompiledModel:
     """Compile the TFLite int8 model at ``path`` for ``target`` (``"pico"``, ``"pico2"`` or
     ``"host"``) into ``out_dir`` (see the module docstring).
 
     ``schedule``: a method of :mod:`tvm_serenity.schedule` (``"serenity"``: the exact
     divide-and-conquer search); ``planner``: an arena planner of :mod:`tvm_serenity.alloc`;
-    ``time_limit`` bounds each (seconds; with ``rewrite``, each scheduler call of the rewrite
-    search). ``rewrite``: identity graph rewriting (module docstring). ``input``: the int8
-    input the project runs (bytes or
-    an int8 array; default: ``seed``-random bytes). ``build=False`` only generates the sources;
-    otherwise the firmware is built and, for the Pico boards, a model that does not fit SRAM
-    is refused with :class:`~tvm_serenity.errors.SerenityError` naming every part.
+    ``time_limit`` bounds the two together (seconds: the search, with ``rewrite`` the whole
+    rewrite search, gets up to half, the arena solver most of the rest; None: 30 s). ``rewrite``: identity graph rewriting (module docstring). ``input``: what the
+    project runs (any form of the module docstring; default: ``seed``-random inputs).
+    ``int8_core``: strip the float edges (module docstring). ``build=False`` only generates
+    the sources; otherwise the firmware is built and, for the Pico boards, a model that does
+    not fit SRAM or flash is refused with :class:`~tvm_serenity.micro.DoesNotFitError`
+    naming every part.
 
     ``out_dir`` is written atomically and only when it is new, empty or an intact earlier
     build (``force=True`` also replaces an edited one; :mod:`tvm_serenity.builddir`); on any
@@ -247,26 +331,28 @@ def compile_tflite(path: str | os.PathLike, target: str = "pico",
     with new_build(out_dir, KIND, force=force, derived=DERIVED, extra=marker) as tmp:
         model = load_tflite(source)
         marker["model_sha256"] = sha256_of(source)
-        core = integer_core(model)
+        core = integer_core(model, float_edges=not int8_core)
+        search = Deadline.of(time_limit, DEFAULT_TIME_LIMIT)   # schedule + arena together
         graph = tflite_to_graph(core.model, fold_pad=True, name=core.source.name)
         source_graph, rewritten = None, None
         if rewrite:
-            rewritten = _rewrite(graph, core.model, rip, schedule, time_limit)
+            rewritten = _rewrite(graph, core.model, rip, schedule, search.share(0.5))
             source_graph, graph = graph, rewritten.graph
             order = rewritten.schedule          # the scheduler's order for the rewritten graph
         else:
-            order = schedule_graph(graph, schedule, inplace=rip, time_limit=time_limit)
-        plan = plan_arena(graph, order.order, planner, 1, rip, time_limit)
+            order = schedule_graph(graph, schedule, inplace=rip,
+                                   time_limit=search.share(0.5))
+        plan = plan_arena(graph, order.order, planner, 1, rip, search.share(0.9))
         emitted = emit_model(core, graph, plan, opt_level=opt_level, name=core.source.name,
                              source_graph=source_graph)
         emitted.write(tmp / MODEL_DIR)
-        data = _random_input(emitted.input_bytes, seed) if input is None else \
-            _input_bytes(input, emitted.input_bytes)
-        (tmp / INPUT_FILE).write_bytes(data)
+        data = _random_inputs(core, seed) if input is None else \
+            _input_arrays(input, emitted.inputs)
+        (tmp / INPUT_FILE).write_bytes(b"".join(data))
         micro.generate_project(tmp / PROJECT_DIR, tmp / MODEL_DIR, target, emulate=True,
                                input_data=data, stack_reserve=stack_reserve)
         compiled = CompiledModel(out, source, target, rip, core, graph, order, plan, emitted,
-                                 None, rewritten, source_graph)
+                                 None, rewritten, source_graph, int8_core)
         graph.save(tmp / GRAPH_FILE)
         if source_graph is not None:
             source_graph.save(tmp / SOURCE_GRAPH_FILE)
@@ -290,8 +376,8 @@ def _moved(firmware: micro.Firmware, old: Path, new: Path) -> micro.Firmware:
 
 
 # plan.json fields that run and report read, with their JSON types
-_PLAN_FIELDS = {"model": str, "name": str, "target": str, "rip": bool, "input": dict,
-                "output": dict, "schedule": dict, "planner": str, "plan_status": str,
+_PLAN_FIELDS = {"model": str, "name": str, "target": str, "rip": bool, "int8_core": bool,
+                "inputs": list, "outputs": list, "schedule": dict, "planner": str, "plan_status": str,
                 "arena_bytes": int, "liveness_peak_bytes": int, "scratch_bytes": int,
                 "inplace_saved_bytes": int, "order": list, "offsets": dict}
 
@@ -307,13 +393,30 @@ def load_plan(out_dir: str | os.PathLike) -> dict:
     return check_fields(plan, _PLAN_FIELDS, path)
 
 
-def reference_output(model: str | os.PathLike, input: bytes) -> bytes:
-    """The int8 output bytes the numpy reference interpreter computes for ``input`` on the
-    integer core of the ``.tflite`` at ``model`` (what ``model_run`` must return)."""
-    core = integer_core(load_tflite(model))
-    x = np.frombuffer(_input_bytes(input, core.input.nbytes), dtype=np.int8)
-    y = Interpreter(core.model).run([x.reshape(core.input.shape)])[0]
-    return np.ascontiguousarray(y, dtype=np.int8).tobytes()
+def _io_tensors(entries: list, path) -> tuple[IOTensor, ...]:
+    """The ``inputs``/``outputs`` entries of a ``plan.json`` as :class:`IOTensor`."""
+    try:
+        return tuple(IOTensor(**{**e, "shape": tuple(e["shape"])}) for e in entries)
+    except TypeError as e:
+        raise SerenityError(f"{path}: malformed inputs/outputs entry ({e})") from None
+
+
+def reference_outputs(model: str | os.PathLike, input, *, int8_core: bool = False
+                      ) -> list[bytes]:
+    """The bytes of each output the numpy reference interpreter computes for ``input`` (any
+    form of the module docstring) on what ``model_run`` computes for the ``.tflite`` at
+    ``model`` (its float edges stripped with ``int8_core``)."""
+    core = integer_core(load_tflite(model), float_edges=not int8_core)
+    arrays = [np.frombuffer(raw, t.dtype).reshape(t.shape)
+              for raw, t in zip(_input_arrays(input, core.inputs), core.inputs)]
+    ys = Interpreter(core.model).run(arrays)
+    return [np.ascontiguousarray(y, dtype=t.dtype).tobytes() for y, t in zip(ys, core.outputs)]
+
+
+def _first_difference(a: bytes, b: bytes) -> str:
+    if len(a) != len(b):
+        return f"{len(a):,} vs {counted(len(b), 'byte')}"
+    return f"first difference at byte {next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)}"
 
 
 def run(out_dir: str | os.PathLike, emulate: bool = True, input=None, *, host: bool = False,
@@ -322,34 +425,41 @@ def run(out_dir: str | os.PathLike, emulate: bool = True, input=None, *, host: b
 
     ``emulate=True``: the target's emulator (rp2040js cycles for ``pico``, QEMU instruction
     counts for ``pico2``); ``False``: a connected board (:func:`tvm_serenity.micro.run`).
-    ``host=True`` builds and runs the same model.c natively instead. ``input`` (bytes or an
-    int8 array) replaces the project's input first. ``check``: raise
-    :class:`~tvm_serenity.errors.SerenityError` unless the output equals the numpy reference
+    ``host=True`` builds and runs the same model.c natively instead. ``input`` (any form of
+    the module docstring) replaces the project's inputs first. ``check``: raise
+    :class:`~tvm_serenity.errors.SerenityError` unless every output equals the numpy reference
     interpreter's, byte for byte. ``timeout`` bounds the run (seconds of wall time).
     """
     out = absolute(out_dir)
     meta = load_plan(out_dir)
     model = checked_model(out_dir) if check else None
     project = out / PROJECT_DIR
+    inputs = _io_tensors(meta["inputs"], out / PLAN_FILE)
     if input is not None:
-        data = _input_bytes(input, meta["input"]["bytes"])
+        data = _input_arrays(input, inputs)
         micro.generate_project(project, out / MODEL_DIR, meta["target"], emulate=True,
                                input_data=data,
                                stack_reserve=micro.load_project(project)["stack_reserve"])
-        write_bytes(out / INPUT_FILE, data)
+        write_bytes(out / INPUT_FILE, b"".join(data))
         refresh_marker(out)
-    data = (out / INPUT_FILE).read_bytes()
+    try:
+        data = (out / INPUT_FILE).read_bytes()
+    except OSError as e:
+        raise SerenityError(f"cannot read the build's input '{out / INPUT_FILE}': "
+                            f"{e.strerror}; compile again") from None
     if host or meta["target"] == "host":
         result = micro.run_host(micro.build_firmware(project, "host"), timeout=timeout)
     else:
         result = micro.run(project, emulate=emulate, timeout=timeout)
     if check:
-        expected = reference_output(model, data)
-        if result.output != expected:
-            first = next(i for i, (a, b) in enumerate(zip(result.output, expected)) if a != b) \
-                if len(result.output) == len(expected) else 0
-            raise SerenityError(f"{result.backend} output differs from the reference "
-                                f"interpreter ({len(result.output):,} vs "
-                                f"{counted(len(expected), 'byte')}, "
-                                f"first difference at byte {first})")
+        expected = reference_outputs(model, data, int8_core=meta["int8_core"])
+        names = [e["name"] for e in meta["outputs"]]
+        if len(result.outputs) != len(expected):
+            got = counted(len(result.outputs), "output")
+            raise SerenityError(f"{result.backend} returned {got}, the model has "
+                                f"{len(expected)}")
+        for k, (got, want) in enumerate(zip(result.outputs, expected)):
+            if got != want:
+                raise SerenityError(f"{result.backend} output {k} ('{names[k]}') differs from "
+                                    f"the reference interpreter ({_first_difference(got, want)})")
     return result

@@ -1,7 +1,8 @@
 /* Stand-in model: one int8 3x3 convolution (8 -> 16 channels, 16 x 16, zero padding 1) with
- * per-channel requantisation, written the way an emitted model is laid out: a static arena,
- * const weights (in flash on the device) and model_run.  Pads the input into the arena on
- * every call, so it never relies on a zeroed arena. */
+ * per-channel requantisation, written the way an emitted model is laid out: a static arena
+ * holding the input and the output (model_input / model_output), const weights (in flash on
+ * the device) and model_run.  Pads the input into the arena on every call, so it never relies
+ * on a zeroed arena; the output then overwrites the input. */
 #include <string.h>
 
 #include "model.h"
@@ -132,8 +133,16 @@ static int8_t requantize(int32_t acc, int32_t mult, int sh) {
     return (int8_t)v;
 }
 
-void model_run(const int8_t *in, int8_t *out) {
+const uint32_t model_input_bytes[MODEL_NUM_INPUTS] = {MODEL_INPUT0_BYTES};
+const uint32_t model_output_bytes[MODEL_NUM_OUTPUTS] = {MODEL_OUTPUT0_BYTES};
+
+void *model_input(int i) { return i == 0 ? arena + PH * PW * CI : (void *)0; }
+
+void *model_output(int i) { return i == 0 ? arena + PH * PW * CI : (void *)0; }
+
+void model_run(void) {
     int8_t *padded = (int8_t *)arena;
+    const int8_t *in = (const int8_t *)arena + PH * PW * CI;
     int8_t *result = (int8_t *)arena + PH * PW * CI;
     int y, x, oc, ky, kx, c;
 
@@ -152,5 +161,4 @@ void model_run(const int8_t *in, int8_t *out) {
                     }
                 result[(y * W + x) * CO + oc] = requantize(acc, multiplier[oc], shift[oc]);
             }
-    memcpy(out, result, MODEL_OUTPUT_BYTES);
 }

@@ -3,9 +3,10 @@ one portable C99 ``model.c`` + ``model.h`` out.
 
 What ``model.c`` holds (the :mod:`tvm_serenity.micro` contract):
 
-* ``static uint8_t arena[MODEL_ARENA_BYTES]``: the one activation arena, exactly the plan's
-  ``arena_bytes``; every activation tensor (the graph input and output included) lives at the
-  plan's offset in it. ``model_run`` never relies on its initial contents.
+* ``static uint8_t arena[MODEL_ARENA_BYTES]`` (8-byte aligned): the one activation arena,
+  exactly the plan's ``arena_bytes``; every activation tensor (the graph inputs and outputs
+  included) lives at the plan's offset in it. ``model_run`` never relies on its initial
+  contents.
 * ``static int32_t scratch32[]`` (and ``static int16_t scratch16[]`` when there is a
   FULLY_CONNECTED): the kernels' gather buffers, sized for the largest layer and shared by all
   of them (outside the arena, as in docs/rip.md; reported separately as
@@ -19,8 +20,16 @@ What ``model.c`` holds (the :mod:`tvm_serenity.micro` contract):
   kernel (so is a MUL or ADD by a constant scalar), MUL and broadcasting or constant ADD
   with NumPy broadcasting up to rank 4, SOFTMAX with exponential tables and gemmlowp's
   reciprocal in 32-bit C, RESIZE_NEAREST_NEIGHBOR with source-offset tables;
-* ``void model_run(const int8_t *in, int8_t *out)``: copies ``in`` into the arena at the
-  input's offset, runs the steps of ``plan.order`` and copies the output tensor to ``out``.
+* zero-copy I/O in TFLite Micro's spirit, any number of inputs and outputs:
+  ``void *model_input(int i)`` / ``void *model_output(int i)`` return ``arena + offset`` of
+  graph input / output ``i`` (an output's offset is where it is after the last step), with
+  ``model_input_bytes[]`` / ``model_output_bytes[]``; ``void model_run(void)`` runs the steps
+  of ``plan.order`` on what the caller wrote there. ``model.h`` defines
+  ``MODEL_NUM_INPUTS``/``MODEL_NUM_OUTPUTS`` and per tensor ``MODEL_INPUT<i>_NAME``,
+  ``_TYPE``, ``_BYTES``, ``_OFFSET``, ``_RANK``, ``_SHAPE``, ``_SCALE`` (an exact float
+  literal), ``_ZERO_POINT`` (0 for float32, as TFLM), and the ``MODEL_OUTPUT<i>_...`` alike.
+  No I/O buffer exists outside the arena; the inputs' bytes are reused once read, so the
+  caller writes all inputs before each run and reads the outputs before the next inputs.
 
 Placement per step, from the plan (:mod:`tvm_serenity.alloc.plan` defines the rule):
 
@@ -65,13 +74,17 @@ faults on unaligned word accesses). A rewrite is refused unless its concat is a 
 condition under which the rewrite is an identity.
 
 Float edges. TFLite models with a float32 input or output (e.g. TinyEngine's vww) quantize
-and dequantize at the edges. :func:`integer_core` strips a leading float->int8 QUANTIZE and a
-trailing int8->float DEQUANTIZE: ``model_run`` takes the already-quantized int8 input and
-returns the int8 output before DEQUANTIZE, and ``model.h`` documents both tensors' scale and
-zero point so the caller can (de)quantize. Host builds, devices and the numpy reference are
-compared at that level.
+and dequantize at the edges. By default (``integer_core(model, float_edges=True)``) those
+QUANTIZE/DEQUANTIZE run as C kernels (:func:`.ops.float_quantize_kernel`,
+:func:`.ops.dequantize_kernel`, bit-exact with TFLM's ``AffineQuantize``/``Dequantize``) and
+the float32 tensors live in the arena like any other. ``integer_core(model)`` (``--int8-core``)
+strips a leading float->int8 QUANTIZE and a trailing int8->float DEQUANTIZE: ``model_run``
+then takes the already-quantized int8 input and returns the int8 output before DEQUANTIZE,
+and ``model.h`` documents both tensors' scale and zero point. Other float operators are
+refused.
 
-The C needs only ``<stdint.h>`` and ``<string.h>`` (``memcpy``/``memmove``/``memset``), builds
+The C needs only ``<stdint.h>`` and ``<string.h>`` (``memcpy``/``memmove``/``memset``; no
+libm, float only at the edges), builds
 for the host and Arm alike, and with ``opt_level`` set (default ``"O2"``) asks GCC to optimise
 the model at that level whatever the build's flags (``#pragma GCC optimize``, ignored by other
 compilers): the firmware harness builds at ``-Os``, which costs 27% more Cortex-M0+ cycles
@@ -95,26 +108,28 @@ from ..alloc.plan import Move
 from ..frontend import reference as ref
 from ..frontend.reference import (activation_range, add_params, conv_params,
                                   conv_requant, quantize_multiplier, relu6_int8,
-                                  strided_slice_params)
-from ..frontend.tflite_model import (Operator, Tensor, TFLiteModel, UnsupportedOperatorError)
+                                  strided_slice_params, validate)
+from ..frontend.tflite_model import Operator, Tensor, TFLiteModel, UnsupportedOperatorError
 from ..frontend.to_graph import foldable_pads
+from ..text import counted
 from .kernels import default_kernel_name, make_prim_func
 from .ops import (OpKernel, add_kernel, c_array, c_helpers, clamp_kernel,
                   concatenation_kernel, fully_connected_kernel, lookup_kernel, mean_kernel,
                   mul_kernel, pad_kernel, requantize_kernel, resize_nearest_kernel,
-                  softmax_kernel, strided_slice_kernel, transpose_kernel)
+                  softmax_kernel, strided_slice_kernel, transpose_kernel, c_float,
+                  dequantize_kernel, float_quantize_kernel)
 from .partial import accumulator_requantize_prim_func, depthwise_slice_prim_func
 from .plain_c import emit_c_function, emit_c_kernel
 from .spec import AddRescale, CodegenError, LayerSpec, pack_conv2d_weight
 
-__all__ = ["SUPPORTED_OPS", "REWRITE_ROLES", "IntegerCore", "Step", "EmittedModel",
-           "integer_core", "concat_is_copy", "emit_model"]
+__all__ = ["SUPPORTED_OPS", "REWRITE_ROLES", "IntegerCore", "Step", "IOTensor",
+           "EmittedModel", "integer_core", "concat_is_copy", "emit_model"]
 
 #: TFLite operators the emitter generates code for (int8 activations).
 SUPPORTED_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "AVERAGE_POOL_2D", "ADD", "MUL",
                  "MEAN", "FULLY_CONNECTED", "TRANSPOSE", "RESHAPE", "CONCATENATION", "PAD",
                  "PADV2", "STRIDED_SLICE", "RESIZE_NEAREST_NEIGHBOR", "QUANTIZE", "RELU",
-                 "RELU6", "HARD_SWISH", "LOGISTIC", "SOFTMAX")
+                 "RELU6", "HARD_SWISH", "LOGISTIC", "SOFTMAX", "DEQUANTIZE")
 #: Roles (``attrs["rewrite"]["role"]``) of identity-rewrite nodes the emitter generates code
 #: for; a pushed-down unary copy has no role ("pushdown" here).
 REWRITE_ROLES = ("partial", "accumulate", "requantize", "slice", "slice_into", "pushdown")
@@ -133,9 +148,11 @@ typedef int32_t {ACC_TYPE} __attribute__((aligned(1), may_alias));
 # ------------------------------------------------------------------------------ float edges
 @dataclass(frozen=True)
 class IntegerCore:
-    """The int8 part of a model that ``model_run`` computes (see the module docstring).
+    """What ``model_run`` computes: the model with its float edges, or its int8 core (see
+    the module docstring).
 
-    ``model`` has operators renumbered from 0 (a stripped QUANTIZE/DEQUANTIZE is gone);
+    ``model`` has the operators that remain, with their indices in the file (a stripped
+    QUANTIZE/DEQUANTIZE is gone: look operators up with ``model.operator(index)``);
     ``stripped`` names what was removed, e.g. ``("QUANTIZE #0", "DEQUANTIZE #62")``.
     """
 
@@ -144,22 +161,41 @@ class IntegerCore:
     stripped: tuple[str, ...]
 
     @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        """``model_run``'s inputs, in the model's order (``model_input(i)``)."""
+        return tuple(self.model.tensors[i] for i in self.model.inputs)
+
+    @property
+    def outputs(self) -> tuple[Tensor, ...]:
+        """``model_run``'s outputs, in the model's order (``model_output(i)``)."""
+        return tuple(self.model.tensors[i] for i in self.model.outputs)
+
+    @property
     def input(self) -> Tensor:
-        return self.model.tensors[self.model.inputs[0]]
+        """The first input (the only one of a one-input model)."""
+        return self.inputs[0]
 
     @property
     def output(self) -> Tensor:
-        return self.model.tensors[self.model.outputs[0]]
+        """The first output."""
+        return self.outputs[0]
 
 
-def integer_core(model: TFLiteModel) -> IntegerCore:
-    """Strip float->int8 QUANTIZE ops that read a graph input (and are its only reader) and
-    int8->float DEQUANTIZE ops that write a graph output; the model must then have exactly one
-    int8 input and one int8 output (``model_run``'s signature)."""
+def integer_core(model: TFLiteModel, float_edges: bool = False) -> IntegerCore:
+    """What ``model_run`` computes for ``model``: with ``float_edges`` the model as it is (a
+    float32 input or output is quantized or dequantized by the firmware); otherwise strip
+    float->int8 QUANTIZE ops that read a graph input (and are its only reader) and
+    int8->float DEQUANTIZE ops that write a graph output, and every input and output must
+    then be int8 (the ``--int8-core`` build). Any number of inputs and outputs. The model
+    is checked by :func:`~tvm_serenity.frontend.reference.validate` first; the kept operators keep their
+    indices in the file, so every message names an operator as the file numbers it."""
+    validate(model)
     consumers = model.consumers()
     inputs, outputs = list(model.inputs), list(model.outputs)
     drop, stripped = set(), []
-    for op in model.operators:
+    for op in () if float_edges else model.operators:
+        if op.op not in ("QUANTIZE", "DEQUANTIZE"):
+            continue
         src, dst = model.tensors[op.inputs[0]], model.tensors[op.outputs[0]]
         if (op.op == "QUANTIZE" and op.inputs[0] in inputs and src.dtype == "float32"
                 and dst.dtype == "int8" and consumers.get(op.inputs[0]) == [op.index]):
@@ -171,17 +207,18 @@ def integer_core(model: TFLiteModel) -> IntegerCore:
             continue
         drop.add(op.index)
         stripped.append(f"{op.op} #{op.index}")
-    if len(inputs) != 1 or len(outputs) != 1:
-        raise CodegenError(f"{model.source}: model_run takes one input and one output; the "
-                           f"model has {len(inputs)} inputs and {len(outputs)} outputs")
-    for what, index in (("input", inputs[0]), ("output", outputs[0])):
-        t = model.tensors[index]
-        if t.dtype != "int8" or t.quant is None:
-            raise CodegenError(f"{model.source}: the model's {what} '{t.name}' is {t.dtype}; "
-                               "model_run needs an int8 tensor (only a float QUANTIZE / "
-                               "DEQUANTIZE right at the edge is stripped)")
-    kept = [op for op in model.operators if op.index not in drop]
-    ops = tuple(dataclasses.replace(op, index=i) for i, op in enumerate(kept))
+    allowed = ("int8", "float32") if float_edges else ("int8",)
+    for what, indices in (("input", inputs), ("output", outputs)):
+        for index in indices:
+            t = model.tensors[index]
+            if t.dtype not in allowed or (t.dtype == "int8" and t.quant is None):
+                raise CodegenError(
+                    f"{model.source}: the model's {what} '{t.name}' is {t.dtype}"
+                    f"{'' if t.quant else ' (not quantized)'}; model_run needs "
+                    + ("int8 or float32 tensors" if float_edges else
+                       "int8 tensors (--int8-core strips only a float QUANTIZE / DEQUANTIZE "
+                       "right at the edge)"))
+    ops = tuple(op for op in model.operators if op.index not in drop)
     core = dataclasses.replace(model, operators=ops, inputs=tuple(inputs),
                                outputs=tuple(outputs))
     return IntegerCore(core, model, tuple(stripped))
@@ -208,6 +245,24 @@ class Step:
 
 
 @dataclass(frozen=True)
+class IOTensor:
+    """A graph input or output as ``model.h`` describes it: it lives in the arena at
+    ``offset`` (``model_input(i)`` / ``model_output(i)``); ``scale``/``zero_point`` are 0 for
+    an unquantized (float32) tensor, as in TFLite Micro."""
+
+    name: str
+    dtype: str                     # "int8" or "float32"
+    shape: tuple[int, ...]
+    bytes: int
+    offset: int
+    scale: float
+    zero_point: int
+
+    def to_json(self) -> dict:
+        return {**dataclasses.asdict(self), "shape": list(self.shape)}
+
+
+@dataclass(frozen=True)
 class EmittedModel:
     """``model.c``/``model.h`` text and the figures a deployment reports."""
 
@@ -216,9 +271,18 @@ class EmittedModel:
     model_h: str
     arena_bytes: int
     scratch_bytes: int             # static gather buffers outside the arena
-    input_bytes: int
-    output_bytes: int
+    inputs: tuple[IOTensor, ...]
+    outputs: tuple[IOTensor, ...]
     steps: tuple[Step, ...]
+
+    @property
+    def input_bytes(self) -> int:
+        """Bytes of all inputs together."""
+        return sum(t.bytes for t in self.inputs)
+
+    @property
+    def output_bytes(self) -> int:
+        return sum(t.bytes for t in self.outputs)
 
     @property
     def kernels(self) -> int:
@@ -279,11 +343,11 @@ def _tensor_nodes(core: TFLiteModel, graph: Graph, operator_of: dict[str, int]) 
         if node.is_input:
             out[int(node.attrs["tensor_index"])] = node.name
         elif origin is None:
-            out[core.operators[int(node.attrs["tflite_index"])].outputs[0]] = node.name
+            out[core.operator(int(node.attrs["tflite_index"])).outputs[0]] = node.name
         elif origin.get("of") == node.name and node.name in operator_of:
-            out[core.operators[operator_of[node.name]].outputs[0]] = node.name
+            out[core.operator(operator_of[node.name]).outputs[0]] = node.name
     for index in sorted(foldable_pads(core)):
-        op = core.operators[index]
+        op = core.operator(index)
         if op.outputs[0] not in out and op.inputs[0] in out:
             out[op.outputs[0]] = out[op.inputs[0]]
     return out
@@ -318,7 +382,7 @@ class _Emitter:
 
     # ----------------------------------------------------------------------- helpers
     def where(self, op: Operator) -> str:
-        return f"{self.core.source}: operator {op.index} ({op.op})"
+        return self.core.where(op)
 
     def unsupported(self, op: Operator, why: str) -> UnsupportedOperatorError:
         return UnsupportedOperatorError(f"{self.where(op)}: {why}", op.op, op.index)
@@ -419,7 +483,7 @@ class _Emitter:
             handler = _REWRITE_HANDLERS[role]
             label = f"{op.op}/{role}"
         else:
-            op = self.core.operators[int(node.attrs["tflite_index"])]
+            op = self.core.operator(int(node.attrs["tflite_index"]))
             handler = _HANDLERS.get(op.op)
             label = op.op
         out = self.core.tensors[op.outputs[0]]
@@ -438,12 +502,19 @@ class _Emitter:
         if handler is None:
             raise self.unsupported(op, f"not supported by the graph C emitter (supported: "
                                        f"{', '.join(SUPPORTED_OPS)})")
-        if out.dtype != "int8" or out.quant is None:
+        if (out.dtype != "int8" or out.quant is None) and op.op != "DEQUANTIZE":
             raise self.unsupported(op, f"output '{out.name}' is {out.dtype}; only int8 "
                                        "activations are supported")
         in_place = pair is not None
-        kernel, layout, statement = (handler(self, node, op, in_place) if origin is None
-                                     else handler(self, node, op, origin, in_place))
+        try:
+            kernel, layout, statement = (handler(self, node, op, in_place) if origin is None
+                                         else handler(self, node, op, origin, in_place))
+        except (CodegenError, ref.ReferenceError) as e:
+            # a kernel generator's or a shared helper's refusal, e.g. "act_max must be an
+            # int8 value": name the operator (messages that do already pass through)
+            if str(e).startswith(self.core.source):
+                raise
+            raise type(e)(f"{self.where(op)}: {e}") from None
         if pair is not None and layout not in ("rip", "alias"):
             raise CodegenError(f"the plan runs '{name}' ({op.op}) in place, which its "
                                "kernel cannot do")
@@ -475,7 +546,7 @@ class _Emitter:
         if role not in _REWRITE_HANDLERS:
             raise CodegenError(f"rewrite node '{node.name}': role {role!r} is not emitted as C "
                                f"(known: {', '.join(REWRITE_ROLES)})")
-        op = self.core.operators[self.operator_of[origin["of"]]]
+        op = self.core.operator(self.operator_of[origin["of"]])
         expected = {"partial": ("CONV_2D",), "accumulate": ("CONV_2D",),
                     "requantize": ("CONV_2D",), "slice": ("DEPTHWISE_CONV_2D",),
                     "slice_into": ("DEPTHWISE_CONV_2D",), "pushdown": ("RELU", "RELU6", "HARD_SWISH", "LOGISTIC")}[role]
@@ -484,7 +555,7 @@ class _Emitter:
                                        f"only {' or '.join(expected)} is emitted")
         concat = origin["concat"]
         if concat not in self.checked_concats:
-            cop = self.core.operators[self.operator_of[concat]]
+            cop = self.core.operator(self.operator_of[concat])
             if not concat_is_copy(self.core, cop):
                 raise self.unsupported(cop, "identity rewrites need a concatenation that only "
                                             "copies (operands quantized like the output, no "
@@ -512,7 +583,7 @@ class _Emitter:
         x_shape, out_shape = tuple(branch.shape), tuple(node.shape)
         if len(x_shape) != 4 or x_shape[0] != 1 or x_shape[3] != hi - lo:
             raise CodegenError(f"rewrite node '{node.name}': input {x_shape} is not batch-1 NHWC "
-                               f"with the {hi - lo} channels [{lo}, {hi})")
+                               f"with the {counted(hi - lo, 'channel')} [{lo}, {hi})")
         spec = LayerSpec.conv2d_partial(
             x_shape[1:], out_shape[3], tuple(a["kernel"]), tuple(a["stride"]),
             tuple(a.get("dilation", (1, 1))), tuple(a["padding"]),
@@ -538,7 +609,8 @@ class _Emitter:
         acc = self.graph[node.inputs[0]]
         if acc.dtype != "int32" or acc.bytes != 4 * node.bytes:
             raise CodegenError(f"rewrite node '{node.name}': its accumulator '{acc.name}' is "
-                               f"{acc.bytes} B {acc.dtype}, not int32 for {node.bytes} outputs")
+                               f"{acc.bytes} B {acc.dtype}, not int32 for "
+                               f"{counted(node.bytes, 'output')}")
         rq = conv_params(self.core, op).requant
         channels = int(node.shape[3])
         key = ("requantize", tuple(node.shape), rq.output_zero_point, rq.act_min, rq.act_max)
@@ -764,14 +836,28 @@ class _Emitter:
         return kernel, "dual", _call(kernel, [x_ptr, self.output(node)])
 
     def quantize(self, node, op, in_place):
-        x, x_ptr = self.activation(op, 0)
+        """int8 -> int8 QUANTIZE (a requantization) and the float32 -> int8 edge (TFLM's
+        ``AffineQuantize``, :func:`.ops.float_quantize_kernel`)."""
         out = self.core.tensors[op.outputs[0]]
+        if self.core.tensors[op.inputs[0]].dtype == "float32":
+            kernel = self.op_kernel(float_quantize_kernel(_c_name(node.name), out.size,
+                                                          *self.scale_zp(out)))
+            return kernel, "dual", _call(kernel, [self.at(self.tensor_node[op.inputs[0]]),
+                                                  self.output(node)])
+        x, x_ptr = self.activation(op, 0)
         (si, zi), (so, zo) = self.scale_zp(x), self.scale_zp(out)
         m, s = quantize_multiplier(float(si) / float(so))
         kernel = self.op_kernel(requantize_kernel(_c_name(node.name), out.size,
                                                   zi, m, s, zo))
         return kernel, "rip" if in_place else "dual", \
             _call(kernel, [x_ptr, self.output(node)])
+
+    def dequantize(self, node, op, in_place):
+        """int8 -> float32 DEQUANTIZE (TFLM's ``Dequantize``, :func:`.ops.dequantize_kernel`)."""
+        x, x_ptr = self.activation(op, 0)
+        kernel = self.op_kernel(dequantize_kernel(_c_name(node.name), x.size,
+                                                  *self.scale_zp(x)))
+        return kernel, "dual", _call(kernel, [x_ptr, self.output(node)])
 
     def unary_operand(self, op, x_ptr: str | None):
         """(where the input is read, its (scale, zero point), the output's) of a one-input
@@ -931,7 +1017,8 @@ _HANDLERS = {"CONV_2D": _Emitter.window, "DEPTHWISE_CONV_2D": _Emitter.window,
              "FULLY_CONNECTED": _Emitter.fully_connected, "TRANSPOSE": _Emitter.transpose,
              "CONCATENATION": _Emitter.concatenation, "PAD": _Emitter.pad,
              "PADV2": _Emitter.pad, "STRIDED_SLICE": _Emitter.strided_slice,
-             "QUANTIZE": _Emitter.quantize, "RELU": _Emitter.relu, "RELU6": _Emitter.relu,
+             "QUANTIZE": _Emitter.quantize, "DEQUANTIZE": _Emitter.dequantize,
+             "RELU": _Emitter.relu, "RELU6": _Emitter.relu,
              "RESHAPE": _Emitter.reshape, "HARD_SWISH": _Emitter.lookup,
              "LOGISTIC": _Emitter.lookup, "SOFTMAX": _Emitter.softmax,
              "RESIZE_NEAREST_NEIGHBOR": _Emitter.resize_nearest}
@@ -943,9 +1030,54 @@ _REWRITE_HANDLERS = {"partial": _Emitter.conv_partial, "accumulate": _Emitter.co
 assert set(_REWRITE_HANDLERS) == set(REWRITE_ROLES)
 
 
-def _describe(t: Tensor) -> str:
-    scale, zp = t.quant.scalar_scale, t.quant.scalar_zero_point
-    return f"'{t.name}' int8 {list(t.shape)}, scale {scale!r}, zero point {zp}"
+def _io_tensor(t: Tensor, offset: int) -> IOTensor:
+    scale, zp = (t.quant.scalar_scale, t.quant.scalar_zero_point) if t.quant else (0.0, 0)
+    return IOTensor(t.name, t.dtype, tuple(int(d) for d in t.shape), t.nbytes, offset,
+                    scale, zp)
+
+
+def _c_string(text: str) -> str:
+    """``text`` as a C string literal (UTF-8; quotes, backslashes, ``?`` (trigraphs) and
+    non-printable bytes escaped)."""
+    out = []
+    for b in text.encode("utf-8"):
+        c = chr(b)
+        out.append(f"\\{c}" if c in '"\\?' else c if 32 <= b < 127 else f"\\{b:03o}")
+    return '"' + "".join(out) + '"'
+
+
+_C_TYPES = {"int8": "int8_t", "float32": "float"}
+
+
+def _io_header(kind: str, tensors: tuple[IOTensor, ...]) -> tuple[list[str], list[str]]:
+    """(comment lines, #defines) of the inputs or outputs (``kind``: INPUT or OUTPUT)."""
+    comments, defines = [], [f"#define MODEL_NUM_{kind}S {len(tensors)}"]
+    for k, t in enumerate(tensors):
+        quant = (f", scale {t.scale!r}, zero point {t.zero_point}" if t.scale else "")
+        comments.append(f" * {kind.capitalize()} {k}: '{t.name}' {t.dtype} {list(t.shape)}"
+                        f"{quant}, {t.bytes} B at arena offset {t.offset}")
+        m = f"MODEL_{kind}{k}"
+        defines += [f"#define {m}_NAME {_c_string(t.name)}",
+                    f"#define {m}_TYPE {_C_TYPES[t.dtype]}",
+                    f"#define {m}_BYTES {t.bytes}", f"#define {m}_OFFSET {t.offset}",
+                    f"#define {m}_RANK {len(t.shape)}",
+                    f"#define {m}_SHAPE {{{', '.join(map(str, t.shape)) or '1'}}}",
+                    f"#define {m}_SCALE {c_float(t.scale)}",
+                    f"#define {m}_ZERO_POINT {t.zero_point}"]
+    return comments, defines
+
+
+def _io_functions(kind: str, tensors: tuple[IOTensor, ...]) -> list[str]:
+    """``model_<kind>_bytes[]`` and ``void *model_<kind>(int i)`` (a pointer into the arena)."""
+    upper = kind.upper()
+    n = f"MODEL_NUM_{upper}S"
+    return [f"const uint32_t model_{kind}_bytes[{n}] = "
+            f"{{{', '.join(f'MODEL_{upper}{k}_BYTES' for k in range(len(tensors)))}}};",
+            f"void *model_{kind}(int i) {{",
+            f"    static const uint32_t offsets[{n}] = "
+            f"{{{', '.join(str(t.offset) for t in tensors)}}};",
+            f"    return i >= 0 && i < {n} ? (void *)(arena + offsets[i]) : (void *)0;", "}",
+            ""]
 
 
 def _rewrite_lines(graph: Graph) -> list[str]:
@@ -974,15 +1106,17 @@ def emit_model(core: IntegerCore, graph: Graph, plan: ArenaPlan, *, opt_level: s
         raise CodegenError(f"opt_level must be O0..O3, Os or Ofast, got {opt_level!r}")
     name = name or model.name
     emitter = _Emitter(model, graph, plan, source_graph)
-    in_node = emitter.tensor_node[model.inputs[0]]
-    out_node = emitter.tensor_node[model.outputs[0]]
+    inputs = tuple(_io_tensor(t, plan.offsets[emitter.tensor_node[t.index]])
+                   for t in core.inputs)
     for n in graph.input_names:
         emitter.location[n] = plan.offsets[n]
     pairs = {p.step: p for p in plan.inplace}
     moves = {m.step: m for m in plan.moves}
     for k, node in enumerate(plan.order):
         emitter.emit_step(k, node, pairs.get(k), moves.get(k))
-    n_in, n_out = core.input.nbytes, core.output.nbytes
+    # where each output is once the last step has run (a right shift may have moved it)
+    outputs = tuple(_io_tensor(t, emitter.location[emitter.tensor_node[t.index]])
+                    for t in core.outputs)
     arena = max(plan.arena_bytes, 1)
 
     header = [f"/* {name}: generated by tvm_serenity.codegen.graph_c from {model.source}.",
@@ -1002,30 +1136,43 @@ def emit_model(core: IntegerCore, graph: Graph, plan: ArenaPlan, *, opt_level: s
                      "#endif"]
         pragma_off = ["#if defined(__GNUC__) && !defined(__clang__)",
                       "#pragma GCC pop_options", "#endif"]
-    run = [f"void model_run(const int8_t *in, int8_t *out) {{",
-           f"    memcpy(ARENA({plan.offsets[in_node]}), in, MODEL_INPUT_BYTES);",
-           *emitter.body,
-           f"    memcpy(out, ARENA({plan.offsets[out_node]}), MODEL_OUTPUT_BYTES);", "}"]
+    run = ["void model_run(void) {", *emitter.body, "}"]
     model_c = "\n".join([
         *header, *pragma_on, "#include <stdint.h>", "#include <string.h>", "",
         '#include "model.h"', "",
-        "static uint8_t arena[MODEL_ARENA_BYTES];",
+        "/* 8-byte aligned, so a tensor at an offset that is a multiple of 4 is word-aligned. */",
+        "#if defined(__GNUC__)",
+        "static uint8_t arena[MODEL_ARENA_BYTES] __attribute__((aligned(8)));", "#else",
+        "static uint8_t arena[MODEL_ARENA_BYTES];", "#endif",
         "#define ARENA(offset) ((int8_t *)(arena + (offset)))", *scratch_decls, "",
         c_helpers(), *([_ACC_TYPEDEF] if emitter.accumulators else []), *emitter.consts,
-        *emitter.definitions, *run, *pragma_off, ""])
+        *emitter.definitions, *_io_functions("input", inputs),
+        *_io_functions("output", outputs), *run, *pragma_off, ""])
     scratch_bytes = 2 * emitter.scratch16 + 4 * emitter.scratch32
     guard = "SERENITY_MODEL_H"
-    stripped = (f" * Stripped at the edges: {', '.join(core.stripped)} (float32 <-> int8); "
-                "model_run works on the int8 tensors below.\n" if core.stripped else "")
-    model_h = (f"/* {name}: the model's C interface (tvm_serenity.codegen.graph_c).\n"
-               f" * Input:  {_describe(core.input)}\n"
-               f" * Output: {_describe(core.output)}\n{stripped}"
-               f" * Static RAM: arena {arena} B + kernel scratch {scratch_bytes} B.\n */\n"
-               f"#ifndef {guard}\n#define {guard}\n\n#include <stdint.h>\n\n"
-               f"#define MODEL_INPUT_BYTES {n_in}\n#define MODEL_OUTPUT_BYTES {n_out}\n"
-               f"#define MODEL_ARENA_BYTES {arena}\n"
-               f"#define MODEL_SCRATCH_BYTES {scratch_bytes}\n\n"
-               "void model_run(const int8_t *in, int8_t *out);\n\n"
-               f"#endif /* {guard} */\n")
-    return EmittedModel(name, model_c, model_h, arena, scratch_bytes, n_in, n_out,
+    stripped = [f" * Stripped at the edges (--int8-core): {', '.join(core.stripped)} "
+                "(float32 <-> int8); the tensors above are the int8 ones."] \
+        if core.stripped else []
+    in_comments, in_defines = _io_header("INPUT", inputs)
+    out_comments, out_defines = _io_header("OUTPUT", outputs)
+    model_h = "\n".join([
+        f"/* {name}: the model's C interface (tvm_serenity.codegen.graph_c).",
+        " * Inputs and outputs live in the arena at the plan's offsets (no copies): write",
+        " * input i at model_input(i), call model_run(), read output i at model_output(i).",
+        " * model_run reuses the inputs' bytes once they are read, and the next inputs may",
+        " * overwrite the outputs: write all inputs before each run, read the outputs before",
+        " * writing the next inputs. The pointers are only byte-aligned (arena + offset):",
+        " * access a float32 tensor whose offset is not a multiple of 4 with memcpy.",
+        *in_comments, *out_comments, *stripped,
+        f" * Static RAM: arena {arena} B + kernel scratch {scratch_bytes} B.", " */",
+        f"#ifndef {guard}", f"#define {guard}", "", "#include <stdint.h>", "",
+        *in_defines, *out_defines, f"#define MODEL_ARENA_BYTES {arena}",
+        f"#define MODEL_SCRATCH_BYTES {scratch_bytes}", "",
+        "extern const uint32_t model_input_bytes[MODEL_NUM_INPUTS];",
+        "extern const uint32_t model_output_bytes[MODEL_NUM_OUTPUTS];",
+        "/* Where input / output i lives in the arena; NULL when i is out of range. */",
+        "void *model_input(int i);", "void *model_output(int i);",
+        "/* Runs the model on the inputs in the arena; the outputs are then in the arena. */",
+        "void model_run(void);", "", f"#endif /* {guard} */", ""])
+    return EmittedModel(name, model_c, model_h, arena, scratch_bytes, inputs, outputs,
                         tuple(emitter.steps))

@@ -9,7 +9,8 @@ STRIDED_SLICE, int8 QUANTIZE (requantize), RELU and RELU6 (TFLM's ``ReluQuantize
 ``Relu6Quantized``), HARD_SWISH and LOGISTIC (a 256-entry table of the reference kernel),
 MUL and broadcasting/constant ADD (NumPy broadcasting up to rank 4), SOFTMAX (TFLM's
 fixed-point exp tables and gemmlowp reciprocal, 32-bit), RESIZE_NEAREST_NEIGHBOR (index
-tables) and RESHAPE (a copy, or nothing when aliased). They
+tables), RESHAPE (a copy, or nothing when aliased) and the float edges: float32 -> int8
+QUANTIZE and int8 -> float32 DEQUANTIZE (TFLM's ``AffineQuantize`` / ``Dequantize``, below). They
 are a small share of a network's cycles, so the C is written for clarity with constants baked
 in (loop bounds, strides, zero points, multipliers); none divides inside a loop.
 
@@ -25,8 +26,19 @@ which the graph emitter relies on when the arena plan overlaps input and output 
   its outputs; for a global spatial mean (one block) any overlap is safe.
 * FULLY_CONNECTED gathers one input row (``x - zero_point`` as int16) into ``scratch`` before
   writing that row's outputs: the RiP layout of the row-as-pixel geometry is safe.
-* TRANSPOSE, CONCATENATION, PAD, STRIDED_SLICE, RESIZE_NEAREST_NEIGHBOR and the RESHAPE copy
-  need disjoint buffers.
+* TRANSPOSE, CONCATENATION, PAD, STRIDED_SLICE, RESIZE_NEAREST_NEIGHBOR, the RESHAPE copy
+  and the float edges need disjoint buffers.
+
+Float edges. ``float_quantize_kernel`` is TFLM's ``AffineQuantize``,
+``(int32_t)roundf(x / scale) + zero_point`` clamped to int8, with the division in float32;
+``dequantize_kernel`` is TFLM's ``Dequantize``, ``(float)((double)scale * (q - zp))``,
+computed as the float32 product ``scale * (float)(q - zp)``: both operands are exact in
+float32 and their exact product has at most 24 + 9 significant bits, so double then float
+rounds once, like the float32 product (no soft double on a Cortex-M0+). The quotient is
+clamped to the int8 range (minus the zero point) before rounding: the result is the same and
+no float outside the int32 range is converted (undefined in C), and rounding half away from
+zero is done by hand, so the kernels need no libm. Float tensors sit at any byte offset of the
+arena, so they are read and written through ``memcpy`` (no unaligned word access).
 
 :func:`c_helpers` returns the shared fixed-point helpers, which a translation unit using these
 kernels includes once: ``serenity_mbqm`` (TFLite's ``MultiplyByQuantizedMultiplier`` with
@@ -46,7 +58,8 @@ from .spec import INT8_MAX, INT8_MIN, CodegenError
 __all__ = ["c_helpers", "OpKernel", "c_array", "mean_kernel", "fully_connected_kernel",
            "transpose_kernel", "concatenation_kernel", "pad_kernel", "strided_slice_kernel",
            "requantize_kernel", "clamp_kernel", "lookup_kernel", "mul_kernel", "add_kernel",
-           "softmax_kernel", "resize_nearest_kernel"]
+           "softmax_kernel", "resize_nearest_kernel", "c_float", "float_quantize_kernel",
+           "dequantize_kernel"]
 
 
 def c_helpers() -> str:
@@ -567,6 +580,59 @@ static void {name}(const int8_t *input, int8_t *output, const int32_t *rows,
                 {copy}
             }}
         }}
+}}
+"""
+    return OpKernel(name, source)
+
+
+def c_float(value: float) -> str:
+    """A float32 value as an exact C99 literal (hexadecimal, ``f`` suffix)."""
+    v = np.float32(value)
+    if not np.isfinite(v):
+        raise CodegenError(f"c_float: {value} is not a finite float32")
+    return f"{float(v).hex()}f"
+
+
+def float_quantize_kernel(name: str, elements: int, scale: float, zero_point: int) -> OpKernel:
+    """float32 -> int8 QUANTIZE, TFLM's ``AffineQuantize`` (module docstring); ``input``
+    points at ``4 * elements`` bytes of float32."""
+    _check_int8(name, zero_point)
+    if not np.float32(scale) > 0:
+        raise CodegenError(f"{name}: QUANTIZE scale {scale} must be positive")
+    low, high = INT8_MIN - zero_point, INT8_MAX - zero_point     # of the rounded quotient
+    source = f"""\
+/* QUANTIZE float32 -> int8: {elements} elements, round(x / {float(np.float32(scale))!r}f) \
+{_plus(zero_point)}, clamped (TFLM AffineQuantize). */
+static void {name}(const int8_t *input, int8_t *output) {{
+    for (int32_t i = 0; i < {elements}; ++i) {{
+        float x, v;
+        int32_t r;
+        memcpy(&x, input + 4 * i, 4);
+        v = x / {c_float(scale)};
+        if (!(v >= {low - 1}.0f)) v = {low - 1}.0f;  /* NaN too */
+        if (v > {high + 1}.0f) v = {high + 1}.0f;
+        r = (int32_t)v;                       /* toward zero; v - r is exact */
+        if (v - (float)r >= 0.5f) ++r;       /* halves away from zero */
+        else if (v - (float)r <= -0.5f) --r;
+        output[i] = serenity_clamp(r {_plus(zero_point)}, {INT8_MIN}, {INT8_MAX});
+    }}
+}}
+"""
+    return OpKernel(name, source)
+
+
+def dequantize_kernel(name: str, elements: int, scale: float, zero_point: int) -> OpKernel:
+    """int8 -> float32 DEQUANTIZE, TFLM's ``Dequantize`` (module docstring); ``output``
+    points at ``4 * elements`` bytes."""
+    _check_int8(name, zero_point)
+    source = f"""\
+/* DEQUANTIZE int8 -> float32: {elements} elements, {float(np.float32(scale))!r}f * (q \
+{_plus(-zero_point)}) (TFLM Dequantize). */
+static void {name}(const int8_t *input, int8_t *output) {{
+    for (int32_t i = 0; i < {elements}; ++i) {{
+        float y = {c_float(scale)} * (float)((int32_t)input[i] {_plus(-zero_point)});
+        memcpy(output + 4 * i, &y, 4);
+    }}
 }}
 """
     return OpKernel(name, source)

@@ -7,8 +7,9 @@ stack reserve, then ``INCLUDE image.ld``), the SRAM fit is checked on the ELF, a
 for device images, a UF2 are written. Only libgcc helpers and newlib's ``memcpy``/``memset``
 come from the toolchain.
 
-If the image overflows SRAM the linker refuses it; the link is then repeated with
-``--noinhibit-exec`` only to measure the ELF, so the error lists every part and the excess.
+If the image overflows SRAM or flash the linker refuses it; the link is then repeated with
+``--noinhibit-exec`` only to measure the ELF, so the one-line error (:mod:`.fit`) lists every
+SRAM part and the flash use together, with the excess of each.
 
 The ``host`` board compiles the same harness natively (``$CC``, default ``cc``) into an
 executable, for byte-for-byte comparison with the devices.
@@ -20,7 +21,6 @@ rendered from it too.
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ..errors import SerenityError
 from .boards import Board, get_board
-from .fit import DoesNotFitError, FitReport, check_fit
+from .fit import FitReport, check_fit
 from .uf2 import elf_to_uf2
 
 __all__ = ["DEFAULT_STACK_RESERVE", "ARM_INSTALL_HINT", "Firmware", "BuildPlan", "build_plan",
@@ -204,17 +204,10 @@ def build_firmware(project_dir: str | Path, board: str | Board, *, emulate: bool
         _run([*plan.link_command(), "-Wl,--noinhibit-exec"], project,
              f"measuring the oversized {board.name} image")
     elf = project / plan.output
+    # SRAM and flash together: one DoesNotFitError naming both whichever overflows
     fit = check_fit(elf, board, emulate=emulate, stack_reserve=stack_reserve,
                     scratch_bytes=scratch_bytes)
-    if link.returncode:
-        code = board.layout(emulate).code
-        over = re.search(r"region `(\w+)' overflowed by (\d+) bytes", link.stderr)
-        if over and code is not None and over.group(1) == "CODE":
-            raise DoesNotFitError(
-                f"model does not fit: {board.name} ({board.chip}) flash: code, weights and "
-                f"constants need {code.size + int(over.group(2)):,} B of {code.size:,} B "
-                f"({code.size // 1024} KiB): over by {int(over.group(2)):,} B (SRAM would fit: "
-                f"{fit.total_bytes:,} B of {fit.sram_bytes:,} B)")
+    if link.returncode:     # an overflow the measurement does not see: the linker's words
         raise _fail(f"linking for {board.name}", plan.link_command(), link.stderr)
     binary = elf.with_suffix(".bin")
     _run([ARM_PREFIX + "objcopy", "-O", "binary", str(elf), str(binary)], project,

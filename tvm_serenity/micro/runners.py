@@ -18,7 +18,8 @@ Backends, each returning a :class:`RunResult`:
 * :func:`run_serial` -- a real board running the Pico SDK project, over USB serial
   (pyserial, optional); ``cycles`` is SysTick at the CPU clock.
 
-The report is checked: the output's length and FNV-1a checksum must match what the firmware
+The report is checked: the outputs (``output0=``, ``output1=``, ... one line each, as many as
+``outputs=`` says), their total length and their FNV-1a checksum must match what the firmware
 says, so a garbled console never passes as a result.
 """
 
@@ -57,7 +58,7 @@ _SRAM_BASE = 0x2000_0000
 class RunResult:
     board: str
     backend: str                   # "host", "rp2040js", "qemu" or "serial"
-    output: bytes
+    outputs: tuple[bytes, ...]     # each model output's bytes, in the model's order
     checksum: int
     cycles: int | None             # see the module docstring for what each backend counts
     instructions: int | None
@@ -69,8 +70,14 @@ class RunResult:
     wall_seconds: float
     counter_note: str
 
+    @property
+    def output(self) -> bytes:
+        """All output bytes in order (the only output's, for a one-output model)."""
+        return b"".join(self.outputs)
+
     def to_json(self) -> dict:
         d = asdict(self)
+        d["outputs"] = [o.hex() for o in self.outputs]
         d["output"] = self.output.hex()
         d["checksum"] = f"{self.checksum:#010x}"
         return d
@@ -98,16 +105,18 @@ def parse_report(text: str, where: str) -> dict:
         key, _, value = line.partition("=")
         fields[key] = value
     try:
-        output = bytes.fromhex(fields["output"])
+        outputs = tuple(bytes.fromhex(fields[f"output{k}"])
+                        for k in range(int(fields["outputs"])))
         checksum = int(fields["checksum"], 16)
         declared = int(fields["output_bytes"])
     except (KeyError, ValueError) as e:
         raise SerenityError(f"{where}: malformed report ({e})") from None
+    output = b"".join(outputs)
     if len(output) != declared or fnv1a32(output) != checksum:
         raise SerenityError(f"{where}: report garbled: {len(output)} output bytes for "
                             f"{declared} declared, checksum {fnv1a32(output):#010x} for "
                             f"{checksum:#010x} declared")
-    fields["output"], fields["checksum"] = output, checksum
+    fields["outputs"], fields["checksum"] = outputs, checksum
     for key in ("ticks", "stack_high_water", "stack_reserve", "arena_bytes", "arena_touched"):
         if key in fields:
             fields[key] = int(fields[key])
@@ -117,7 +126,7 @@ def parse_report(text: str, where: str) -> dict:
 def _result(board: Board, backend: str, report: dict, wall: float, note: str, *,
             cycles: int | None = None, instructions: int | None = None,
             host_ns: int | None = None) -> RunResult:
-    return RunResult(board=board.name, backend=backend, output=report["output"],
+    return RunResult(board=board.name, backend=backend, outputs=report["outputs"],
                      checksum=report["checksum"], cycles=cycles, instructions=instructions,
                      host_ns=host_ns, stack_high_water=report.get("stack_high_water"),
                      stack_reserve=report.get("stack_reserve"),

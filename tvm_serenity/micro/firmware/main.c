@@ -1,19 +1,23 @@
 /* Portable measurement harness, the same source on every target.
  *
- * Feeds the embedded input (input.c) to the emitted model's model_run, then reports, as text
- * lines between SERENITY-BEGIN and SERENITY-END on the port's console:
- *   output=<hex>            the MODEL_OUTPUT_BYTES output bytes
- *   checksum=0x<fnv1a32>    over those bytes, so a garbled transfer is detected
+ * Writes the embedded inputs (input.c) where the model keeps them, in its arena
+ * (model_input(i)), runs model_run() and reads the outputs in place (model_output(i)): no
+ * input or output buffer of its own. Then it reports, as text lines between SERENITY-BEGIN
+ * and SERENITY-END on the port's console:
+ *   outputs=<M>             MODEL_NUM_OUTPUTS
+ *   output<k>=<hex>         the model_output_bytes[k] bytes of output k, for k < M
+ *   output_bytes=<n>        their total
+ *   checksum=0x<fnv1a32>    over all output bytes in order, so a garbled transfer is detected
  *   ticks=<n> ticks_unit=<cpu_clock|ns>   counter spent in model_run
  *   stack_high_water=<bytes> stack_reserve=<bytes>   (omitted where not measurable)
  *   arena_bytes=<n> arena_touched=<n>
  * Measurements are taken right after model_run returns, before any reporting code runs, so
  * the report's own stack and the console never count.
  *
- * The arena is painted before model_run and the bytes that differ afterwards are counted; a
- * byte the model rewrites with the paint value itself is not counted (a lower bound).  The
- * paint also means model_run must not rely on a zeroed arena, as a second call could not
- * either.
+ * The arena is painted before the inputs are written and the bytes that differ after model_run
+ * are counted (the inputs included); a byte the model rewrites with the paint value itself is
+ * not counted (a lower bound).  The paint also means model_run must not rely on a zeroed
+ * arena, as a second call could not either.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -23,11 +27,10 @@
 
 #define SERENITY_ARENA_PAINT 0xA5u
 
-extern const int8_t serenity_input[MODEL_INPUT_BYTES];  /* input.c */
-extern uint8_t *const serenity_arena;                    /* arena_probe.c */
-extern const uint32_t serenity_arena_size;               /* arena_probe.c */
+extern const uint8_t *const serenity_inputs[MODEL_NUM_INPUTS]; /* input.c */
+extern uint8_t *const serenity_arena;                           /* arena_probe.c */
+extern const uint32_t serenity_arena_size;                      /* arena_probe.c */
 
-static int8_t serenity_output[MODEL_OUTPUT_BYTES];
 volatile serenity_result_t serenity_result;
 
 static void put_str(const char *s) {
@@ -58,16 +61,26 @@ static void put_field(const char *key, uint64_t value) {
 }
 
 static void report(void) {
-    uint32_t i;
-    put_str("SERENITY-BEGIN\noutput=");
-    for (i = 0; i < MODEL_OUTPUT_BYTES; i++) {
-        put_hex_byte((uint8_t)serenity_output[i]);
-        if ((i & 63u) == 63u) serenity_port_flush();
+    uint32_t i, total = 0;
+    int k;
+    put_str("SERENITY-BEGIN\n");
+    put_field("outputs", MODEL_NUM_OUTPUTS);
+    for (k = 0; k < MODEL_NUM_OUTPUTS; k++) {
+        const uint8_t *out = (const uint8_t *)model_output(k);
+        put_str("output");
+        put_dec((uint64_t)k);
+        serenity_port_putc('=');
+        for (i = 0; i < model_output_bytes[k]; i++) {
+            put_hex_byte(out[i]);
+            if ((i & 63u) == 63u) serenity_port_flush();
+        }
+        serenity_port_putc('\n');
+        total += model_output_bytes[k];
     }
-    put_str("\nchecksum=0x");
+    put_str("checksum=0x");
     for (i = 0; i < 4; i++) put_hex_byte((uint8_t)(serenity_result.checksum >> (24 - 8 * i)));
     serenity_port_putc('\n');
-    put_field("output_bytes", MODEL_OUTPUT_BYTES);
+    put_field("output_bytes", total);
     put_field("ticks", serenity_result.ticks);
     put_str("ticks_unit=");
     put_str(serenity_port_ticks_unit());
@@ -85,21 +98,27 @@ static void report(void) {
 int main(void) {
     uint32_t i, touched = 0, hash = 2166136261u;
     uint64_t t0, t1;
+    int k;
 
     serenity_port_init();
     for (i = 0; i < serenity_arena_size; i++) serenity_arena[i] = SERENITY_ARENA_PAINT;
+    for (k = 0; k < MODEL_NUM_INPUTS; k++) {   /* where the plan puts input k */
+        uint8_t *in = (uint8_t *)model_input(k);
+        for (i = 0; i < model_input_bytes[k]; i++) in[i] = serenity_inputs[k][i];
+    }
 
     t0 = serenity_port_ticks();
     SERENITY_MARK_START();
-    model_run(serenity_input, serenity_output);
+    model_run();
     SERENITY_MARK_END();
     t1 = serenity_port_ticks();
 
     serenity_result.stack_high_water = serenity_port_stack_high_water();
     for (i = 0; i < serenity_arena_size; i++) touched += serenity_arena[i] != SERENITY_ARENA_PAINT;
-    for (i = 0; i < MODEL_OUTPUT_BYTES; i++) {
-        hash = (hash ^ (uint8_t)serenity_output[i]) * 16777619u; /* FNV-1a 32 */
-    }
+    for (k = 0; k < MODEL_NUM_OUTPUTS; k++) {   /* read in place */
+        const uint8_t *out = (const uint8_t *)model_output(k);
+        for (i = 0; i < model_output_bytes[k]; i++) hash = (hash ^ out[i]) * 16777619u;
+    }   /* FNV-1a 32 */
     serenity_result.ticks = t1 - t0;
     serenity_result.stack_reserve = serenity_port_stack_reserve();
     serenity_result.arena_bytes = serenity_arena_size;
