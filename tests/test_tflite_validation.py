@@ -356,3 +356,20 @@ def test_operator_without_its_builtin_options_is_refused_when_read(op, tmp_path)
         load_tflite(path)
     with pytest.raises(SerenityError, match=message):
         compile_tflite(path, "host", tmp_path / "out", build=False)
+
+
+@pytest.mark.parametrize("dilation, stride", [((2**31 - 1, 1), (1, 1)), ((1, 70_000), (1, 1)),
+                                              ((1, 1), (1, 2**31 - 1))])
+def test_windows_beyond_the_supported_extent_are_refused(dilation, stride, tmp_path):
+    """A dilation of 2^31-1 overflowed TIR's int32 literals in the C emitter and asked the
+    reference for a 1.25 TiB padded input (seen by the fuzz suite): strides, dilations and
+    dilated filter spans above MAX_WINDOW_EXTENT are refused, naming the operator."""
+    from tflite_cases import _conv
+    path = tmp_path / "wide.tflite"
+    path.write_bytes(_conv("DEPTHWISE_CONV_2D", (8, 8), 4, 4, (3, 3), stride, dilation, "SAME",
+                           "NONE"))
+    message = r"operator 0 \(DEPTHWISE_CONV_2D\): .*not supported"
+    with pytest.raises(SerenityError, match=message):
+        ref.Interpreter(load_tflite(path))
+    with pytest.raises(SerenityError, match=message):
+        compile_tflite(path, "host", tmp_path / "out", build=False)

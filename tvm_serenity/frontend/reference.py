@@ -1019,6 +1019,11 @@ def _rank(ctx: _OpContext, t, ranks, what: str) -> None:
                        f"TFLite needs rank {expected}")
 
 
+#: The largest stride, dilation, pool filter or dilated filter span accepted: beyond it TFLM's
+#: int arithmetic (padding, extents) overflows and windows lie almost wholly in the padding.
+MAX_WINDOW_EXTENT = 65_535
+
+
 def _options(ctx: _OpContext, *keys: str) -> None:
     """Fused activation, padding and the named positive integer options (strides, ...)."""
     o = ctx.op.options
@@ -1031,6 +1036,9 @@ def _options(ctx: _OpContext, *keys: str) -> None:
     for key in keys:
         if int(o.get(key, 1)) < 1:
             raise ctx.fail(f"{key} is {o.get(key)}, must be at least 1")
+        if int(o.get(key, 1)) > MAX_WINDOW_EXTENT:
+            raise ctx.fail(f"{key} is {o.get(key):,}; windows of more than "
+                           f"{MAX_WINDOW_EXTENT:,} rows or columns are not supported")
 
 
 def _check_shape_is(ctx: _OpContext, shape) -> None:
@@ -1049,6 +1057,11 @@ def _check_conv(ctx: _OpContext) -> None:
     cin = x.shape[3]
     if min(w.shape[1:3]) < 1:
         raise ctx.fail(f"weights '{w.name}' have an empty {w.shape[1]}x{w.shape[2]} filter")
+    o = ctx.op.options
+    for k, d in zip(w.shape[1:3], (o.get("dilation_h_factor", 1), o.get("dilation_w_factor", 1))):
+        if (k - 1) * int(d) + 1 > MAX_WINDOW_EXTENT:     # TFLM's int arithmetic overflows
+            raise ctx.fail(f"a {k}-tap filter dilated by {int(d):,} spans {(k - 1) * int(d) + 1:,} "
+                           f"rows or columns; more than {MAX_WINDOW_EXTENT:,} is not supported")
     if ctx.op.op == "CONV_2D":
         cout, filter_cin = w.shape[0], w.shape[3]
         if filter_cin < 1 or cin % filter_cin or cout % (cin // filter_cin):
