@@ -25,11 +25,14 @@ $(NODE_STAMP): package.json package-lock.json | system-deps
 demo: $(STAMP) system-deps $(NODE_STAMP)
 	$(VENV)/bin/tvm-serenity demo
 
+# two workers (the machine's two cores); tests of one module stay on one worker
+XDIST  := -n 2 --dist loadscope
+
 test: $(STAMP) system-deps $(NODE_STAMP)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 test-fast: $(STAMP) system-deps $(NODE_STAMP)
-	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
 sweep: $(STAMP)   # the full 10,000-layer RiP sweep (CI runs a smaller one in the tests)
 	$(PY) -m tvm_serenity.rip.sweep --layers 10000 --seed 0

@@ -1171,16 +1171,20 @@ def _check_pad(ctx: _OpContext) -> None:
     _check_shape_is(ctx, [d + int(a) + int(b) for d, (a, b) in zip(x.shape, p.data)])
 
 
+def _check_same_type(ctx: _OpContext, a, a_role: str, b, b_role: str, why: str) -> None:
+    """Tensor ``a`` has ``b``'s type and, for int8, its quantization (values are copied)."""
+    if a.dtype != b.dtype:
+        raise ctx.fail(f"{a_role} '{a.name}' is {a.dtype}, {b_role} '{b.name}' {b.dtype}")
+    if a.dtype == "int8" and a.quant is not None and b.quant is not None and (
+            a.quant.scalar_scale, a.quant.scalar_zero_point) != (
+            b.quant.scalar_scale, b.quant.scalar_zero_point):
+        raise ctx.fail(f"{a_role} '{a.name}' is quantized unlike {b_role} '{b.name}'; {why}")
+
+
 def _check_type_kept(ctx: _OpContext) -> None:
     """Data movement: the output has the input's type (and int8 quantization)."""
-    x, out = ctx.tensor(0), ctx.out
-    if out.dtype != x.dtype:
-        raise ctx.fail(f"output '{out.name}' is {out.dtype}, input '{x.name}' {x.dtype}")
-    if x.dtype == "int8" and x.quant is not None and out.quant is not None and (
-            x.quant.scalar_scale, x.quant.scalar_zero_point) != (
-            out.quant.scalar_scale, out.quant.scalar_zero_point):
-        raise ctx.fail(f"output '{out.name}' is quantized unlike input '{x.name}'; TFLite "
-                       "copies the values unchanged")
+    _check_same_type(ctx, ctx.out, "output", ctx.tensor(0), "input",
+                     "TFLite copies the values unchanged")
 
 
 def _check_reshape(ctx: _OpContext) -> None:
@@ -1213,13 +1217,8 @@ def _check_concatenation(ctx: _OpContext) -> None:
                                        if k != axis):
             raise ctx.fail(f"input '{t.name}' {list(t.shape)} does not concatenate into "
                            f"output '{out.name}' {list(out.shape)} along axis {axis}")
-        if t.dtype != out.dtype:
-            raise ctx.fail(f"input '{t.name}' is {t.dtype}, output '{out.name}' {out.dtype}")
-        if out.dtype == "int8" and t.quant is not None and out.quant is not None and (
-                t.quant.scalar_scale, t.quant.scalar_zero_point) != (
-                out.quant.scalar_scale, out.quant.scalar_zero_point):
-            raise ctx.fail(f"input '{t.name}' is quantized unlike output '{out.name}'; TFLite "
-                           "Micro concatenates int8 values unchanged")
+        _check_same_type(ctx, t, "input", out, "output",
+                         "TFLite Micro concatenates int8 values unchanged")
     _check_shape_is(ctx, [sum(t.shape[axis] for t in parts) if k == axis else d
                           for k, d in enumerate(out.shape)])
 
