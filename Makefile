@@ -28,8 +28,8 @@ demo: $(STAMP) system-deps $(NODE_STAMP)
 # two workers (the machine's two cores); tests of one module stay on one worker
 XDIST  := -n 2 --dist loadscope
 
-test: $(STAMP) system-deps $(NODE_STAMP)
-	$(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS)
+test: $(STAMP) system-deps $(NODE_STAMP)   # the 25 slowest tests are listed at the end
+	$(PY) -m pytest -q $(XDIST) --durations=25 $(PYTEST_ARGS)
 
 test-fast: $(STAMP) system-deps $(NODE_STAMP)
 	$(PY) -m pytest -q $(XDIST) -m "not slow" $(PYTEST_ARGS)
