@@ -373,3 +373,28 @@ def test_windows_beyond_the_supported_extent_are_refused(dilation, stride, tmp_p
         ref.Interpreter(load_tflite(path))
     with pytest.raises(SerenityError, match=message):
         compile_tflite(path, "host", tmp_path / "out", build=False)
+
+
+@pytest.mark.parametrize("case", ["graph_input", "two_producers"])
+def test_a_tensor_written_twice_is_refused(case, tmp_path):
+    """An activation has one producer: a graph input that an operator also writes (the fuzz
+    suite's vww with an intermediate listed as a second input: the C and the reference then
+    disagreed) or a tensor two operators write is refused, naming the second writer."""
+    b = ModelBuilder()
+    q = dict(scale=0.05, zero_point=0)
+    x, y, z = (b.add_tensor((1, 4, 4, 2), name=n, **q) for n in "xyz")
+    b.add_operator("RELU", [x], [y])
+    if case == "graph_input":
+        b.add_operator("RELU", [y], [z])
+        data = b.build([x, y], [z])
+        message = r"operator 0 \(RELU\): .*'y', which is a graph input"
+    else:
+        b.add_operator("RELU", [x], [y])
+        data = b.build([x], [y])
+        message = r"operator 1 \(RELU\): .*'y', which is written by an earlier operator"
+    path = tmp_path / f"{case}.tflite"
+    path.write_bytes(data)
+    with pytest.raises(SerenityError, match=message):
+        ref.Interpreter(load_tflite(path))
+    with pytest.raises(SerenityError, match=message):
+        compile_tflite(path, "host", tmp_path / "out", build=False)

@@ -35,7 +35,8 @@ from . import __version__
 from .errors import SerenityError
 
 __all__ = ["MARKER_FILE", "BuildError", "absolute", "new_build", "verify_build",
-           "refresh_marker", "build_kind", "marker_of", "sha256_of", "checked_model", "write_bytes", "write_text"]
+           "refresh_marker", "build_kind", "marker_of", "sha256_of", "checked_model",
+           "write_bytes", "write_text"]
 
 MARKER_FILE = ".tvm-serenity-build.json"
 TOOL = "tvm-serenity"

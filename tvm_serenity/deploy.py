@@ -34,9 +34,10 @@ kernels, bit-exact), so the firmware takes and returns what the model's signatur
 
 Layout of ``out_dir``: ``model/`` (model.c, model.h), ``project/`` (the micro project: harness,
 Makefile, linker scripts, Pico SDK project, input.c), ``input.bin`` (the input bytes the
-project runs: every input's raw bytes, in the model's order, one after the other), ``graph.json`` (the graph IR the order refers to; with ``rewrite``, also
-``graph_source.json``, the graph before rewriting) and ``plan.json`` (order,
-offsets, arena bytes, liveness peak, lower bounds, per-layer in-place savings, scratch, fit).
+project runs: every input's raw bytes, in the model's order, one after the other),
+``graph.json`` (the graph IR the order refers to; with ``rewrite``, also
+``graph_source.json``, the graph before rewriting) and ``plan.json`` (order, offsets, arena
+bytes, liveness peak, lower bounds, per-layer in-place savings, scratch, fit).
 
 :func:`run` runs a compiled directory on the target's emulator (rp2040js for ``pico``, QEMU
 for ``pico2``), a connected board (``emulate=False``) or natively (``host=True``, the same
@@ -312,8 +313,8 @@ def compile_tflite(path: str | os.PathLike, target: str = "pico",
     ``schedule``: a method of :mod:`tvm_serenity.schedule` (``"serenity"``: the exact
     divide-and-conquer search); ``planner``: an arena planner of :mod:`tvm_serenity.alloc`;
     ``time_limit`` bounds the two together (seconds: the search, with ``rewrite`` the whole
-    rewrite search, gets up to half, the arena solver most of the rest; None: 30 s). ``rewrite``: identity graph rewriting (module docstring). ``input``: what the
-    project runs (any form of the module docstring; default: ``seed``-random inputs).
+    rewrite search, gets up to half, the arena solver most of the rest; None: 30 s).
+    ``rewrite``: identity graph rewriting (module docstring). ``input``: what the project runs (any form of the module docstring; default: ``seed``-random inputs).
     ``int8_core``: strip the float edges (module docstring). ``build=False`` only generates
     the sources; otherwise the firmware is built and, for the Pico boards, a model that does
     not fit SRAM or flash is refused with :class:`~tvm_serenity.micro.DoesNotFitError`
@@ -377,7 +378,8 @@ def _moved(firmware: micro.Firmware, old: Path, new: Path) -> micro.Firmware:
 
 # plan.json fields that run and report read, with their JSON types
 _PLAN_FIELDS = {"model": str, "name": str, "target": str, "rip": bool, "int8_core": bool,
-                "inputs": list, "outputs": list, "schedule": dict, "planner": str, "plan_status": str,
+                "inputs": list, "outputs": list, "schedule": dict, "planner": str,
+                "plan_status": str,
                 "arena_bytes": int, "liveness_peak_bytes": int, "scratch_bytes": int,
                 "inplace_saved_bytes": int, "order": list, "offsets": dict}
 

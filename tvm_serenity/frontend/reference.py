@@ -937,7 +937,8 @@ def validate(model: TFLiteModel) -> None:
     and one scale per output channel; fused activation, padding, strides, dilations, filter
     sizes, ranks, axes and shapes as the operator's options and the other tensors imply
     (channels, depth multiplier, groups, broadcast and computed output shapes). Model level:
-    every graph output is a graph input or written by an operator. Raises
+    every graph output is a graph input or written by an operator, and no tensor is written
+    twice (by two operators, or by one when it is a graph input). Raises
     :class:`ReferenceError` naming the operator (its index in the file and name) and the tensor.
     The reference interpreter, :func:`.to_graph.tflite_to_graph`, the C emitter's
     ``integer_core`` and the Relax importer call it first."""
@@ -981,6 +982,10 @@ def _check_operands(ctx: _OpContext, written: set[int]) -> None:
             raise ctx.fail(f"reads tensor '{t.name}', which no earlier operator writes")
     if ctx.out.data is not None:
         raise ctx.fail(f"writes its output into the constant tensor '{ctx.out.name}'")
+    if op.outputs[0] in written:        # each activation has one producer
+        what = "a graph input" if op.outputs[0] in ctx.model.inputs else \
+            "written by an earlier operator"
+        raise ctx.fail(f"writes its output into tensor '{ctx.out.name}', which is {what}")
 
 
 def _check_quantization(ctx: _OpContext) -> None:
