@@ -175,15 +175,20 @@ def test_inputs_by_name_index_npz_and_refusals(tmp_path):
         _input_arrays(a.tobytes(), io_t)
 
 
+def _compiled(tmp_path, case: str, target: str):
+    """The model bytes of ``MODELS[case]`` and its build for ``target``."""
+    data = MODELS[case]()
+    path = tmp_path / f"{case}.tflite"
+    path.write_bytes(data)
+    return data, compile_tflite(path, target, tmp_path / "out")
+
+
 # ----------------------------------------------------------------------- host, bit-exact
 @needs_cc
 @needs_tflm
 @pytest.mark.parametrize("case", sorted(MODELS))
 def test_host_outputs_equal_tflm(tmp_path, case):
-    data = MODELS[case]()
-    path = tmp_path / f"{case}.tflite"
-    path.write_bytes(data)
-    compiled = compile_tflite(path, "host", tmp_path / "out")
+    data, compiled = _compiled(tmp_path, case, "host")
     model = parse_tflite(data)
     assert [t.name for t in compiled.emitted.outputs] == [model.tensors[i].name
                                                            for i in model.outputs]
@@ -236,10 +241,7 @@ def test_no_io_byte_outside_the_arena(tmp_path):
 @needs_tflm
 @pytest.mark.parametrize("case", sorted(MODELS))
 def test_rp2040js_outputs_equal_tflm(tmp_path, case):
-    data = MODELS[case]()
-    path = tmp_path / f"{case}.tflite"
-    path.write_bytes(data)
-    compiled = compile_tflite(path, "pico", tmp_path / "out")
+    data, compiled = _compiled(tmp_path, case, "pico")
     result = _check_against_tflm(compiled.out_dir, data, 7)
     assert result.backend == "rp2040js" and result.cycles > 0
 
