@@ -130,7 +130,13 @@ def test_rip_build_overlaps_and_dual_build_does_not(tmp_path):
     assert "#define MODEL_OUTPUT0_BYTES 40\n" in edged.emitted.model_h       # 10 float32
     assert [s.op for s in edged.emitted.steps][::len(edged.emitted.steps) - 1] == [
         "QUANTIZE", "DEQUANTIZE"]
-    assert edged.arena_bytes == 12 * 12 * 3 * 5             # float input + its int8 copy
+    # the float32 -> int8 QUANTIZE runs in place over its float input, so the float input
+    # alone is the peak; the dual-buffer build holds both
+    assert edged.emitted.steps[0].layout == "rip"
+    assert edged.arena_bytes == 12 * 12 * 3 * 4
+    edged_dual = compile_tflite(path, "host", tmp_path / "edged_dual", rip=False, build=False)
+    assert edged_dual.emitted.steps[0].layout == "dual"
+    assert edged_dual.arena_bytes == 12 * 12 * 3 * 5          # float input + its int8 copy
 
 
 def test_unsupported_operator_is_named(tmp_path):

@@ -842,8 +842,8 @@ class _Emitter:
         if self.core.tensors[op.inputs[0]].dtype == "float32":
             kernel = self.op_kernel(float_quantize_kernel(_c_name(node.name), out.size,
                                                           *self.scale_zp(out)))
-            return kernel, "dual", _call(kernel, [self.at(self.tensor_node[op.inputs[0]]),
-                                                  self.output(node)])
+            return kernel, "rip" if in_place else "dual", \
+                _call(kernel, [self.at(self.tensor_node[op.inputs[0]]), self.output(node)])
         x, x_ptr = self.activation(op, 0)
         (si, zi), (so, zo) = self.scale_zp(x), self.scale_zp(out)
         m, s = quantize_multiplier(float(si) / float(so))
@@ -857,7 +857,7 @@ class _Emitter:
         x, x_ptr = self.activation(op, 0)
         kernel = self.op_kernel(dequantize_kernel(_c_name(node.name), x.size,
                                                   *self.scale_zp(x)))
-        return kernel, "dual", _call(kernel, [x_ptr, self.output(node)])
+        return kernel, "rip" if in_place else "dual", _call(kernel, [x_ptr, self.output(node)])
 
     def unary_operand(self, op, x_ptr: str | None):
         """(where the input is read, its (scale, zero point), the output's) of a one-input

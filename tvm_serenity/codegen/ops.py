@@ -26,8 +26,13 @@ which the graph emitter relies on when the arena plan overlaps input and output 
   its outputs; for a global spatial mean (one block) any overlap is safe.
 * FULLY_CONNECTED gathers one input row (``x - zero_point`` as int16) into ``scratch`` before
   writing that row's outputs: the RiP layout of the row-as-pixel geometry is safe.
-* TRANSPOSE, CONCATENATION, PAD, STRIDED_SLICE, RESIZE_NEAREST_NEIGHBOR, the RESHAPE copy
-  and the float edges need disjoint buffers.
+* The float edges run front to back and read element ``i`` before writing it: QUANTIZE's
+  int8 output may start where its float32 input starts (output byte ``i`` lies in float
+  ``i / 4``, already read) and DEQUANTIZE's int8 input may end where its float32 output ends
+  (its unread bytes ``3N + j``, ``j > i``, lie past output byte ``4i + 3``): the RiP layout
+  of a workspace of the float tensor's size.
+* TRANSPOSE, CONCATENATION, PAD, STRIDED_SLICE, RESIZE_NEAREST_NEIGHBOR and the RESHAPE copy
+  need disjoint buffers.
 
 Float edges. ``float_quantize_kernel`` is TFLM's ``AffineQuantize``,
 ``(int32_t)roundf(x / scale) + zero_point`` clamped to int8, with the division in float32;

@@ -23,7 +23,8 @@ In-place flags (graph IR semantics, docs/rip.md): convolutions, depthwise convol
 global MEAN (axes 1 and 2) and FULLY_CONNECTED get ``inplace = rip_workspace_bytes(...)`` (the
 Right In-Place workspace; pooling and MEAN as depthwise windows); elementwise operators whose
 first input has the output's exact size (ADD, MUL, RELU, RELU6, HARD_SWISH, LOGISTIC, SOFTMAX,
-int8->int8 QUANTIZE) are ``"alias"``; RESHAPE is an ``"alias"`` too, which the memory model
+int8->int8 QUANTIZE) are ``"alias"``; a float32 <-> int8 QUANTIZE / DEQUANTIZE gets the
+workspace ``max(in, out)`` bytes (the int8 tensor at its start or end); RESHAPE is an ``"alias"`` too, which the memory model
 charges nothing for (``W = bytes``) whenever it is its input's last reader. Everything else is
 plain.
 
@@ -237,6 +238,11 @@ def _simple_inplace(model: TFLiteModel, op: Operator, acts, out) -> str | int | 
     if not acts:
         return None
     first = acts[0]
+    if op.op in ("QUANTIZE", "DEQUANTIZE") and first.itemsize != out.itemsize:
+        # float32 <-> int8 edge: one elementwise pass over a workspace of the larger tensor,
+        # the narrower one at its start (QUANTIZE) or end (DEQUANTIZE); front-to-back order
+        # never overwrites an element before it is read (rip.md, a 1x1 window)
+        return max(first.nbytes, out.nbytes)
     if op.op in _ELEMENTWISE:
         return "alias" if first.nbytes == out.nbytes and (
             op.op not in ("ADD", "MUL") or first.shape == out.shape) else None
