@@ -117,9 +117,11 @@ def render(results: list[dict]) -> str:
             "device's activation RAM. rp2040js cycles use its per-instruction Cortex-M0+ model "
             "(no XIP wait states or bus contention): good for ratios, not wall-clock "
             "predictions. QEMU counts instructions, not cycles. Every device output equals the "
-            "host build and the numpy reference interpreter byte for byte (same random int8 "
-            "input); vww runs from its int8 QUANTIZE output to its int8 logits (the float "
-            "edges are the caller's). TFLM head arena: TFLite Micro's planned activation "
+            "host build and the numpy reference interpreter byte for byte (same random "
+            "input); vww takes and returns float32 as its signature says: its QUANTIZE and "
+            "DEQUANTIZE run on the device (the float32 division of each of its 19,200 input "
+            "values is soft float on a Cortex-M0+), the QUANTIZE in place over the float "
+            "input in the RiP build. TFLM head arena: TFLite Micro's planned activation "
             "arena for the original model, for scale.", "",
             table(headers, rows), "",
             table(["model", "RiP arena saving", "RiP/dual cycles (rp2040js)",

@@ -60,6 +60,10 @@ NOT_RUN = {
                                                             "instead of --write below",
     ".venv/bin/python -m benchmarks.tvm_bench --write": BENCH,
     ".venv/bin/python -m benchmarks.deploy_bench --write": BENCH,
+    ".venv/bin/python -m benchmarks.tflm_export_bench --write": "rewrites BENCHMARKS.md "
+                                                                "(what it runs: "
+                                                                "test_tflm_export.py)",
+    ".venv/bin/python -m benchmarks.mlperf_bench --write": BENCH,
     '.venv/bin/pip install -e ".[bench]"': "downloads TensorFlow (1.6 GB)",
     ".venv/bin/python -m benchmarks.peers --build --write": "converts Keras models with "
                                                             "TensorFlow (the bench extra): hours",

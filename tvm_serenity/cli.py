@@ -311,6 +311,46 @@ def _cmd_report(args) -> int:
     return 0
 
 
+def _add_export_tflm(sub) -> None:
+    from .alloc import PLANNERS
+    from .schedule import METHODS
+    from .tflm_export import DEFAULT_INPUTS, DEFAULT_TIME_LIMIT
+    p = sub.add_parser("export-tflm", help="write a .tflite for TFLite Micro with our operator "
+                                           "order and offline arena plan in it",
+                       description="Write a copy of MODEL whose operators are in our "
+                                   "memory-aware order and whose OfflineMemoryAllocation "
+                                   "metadata holds our arena offsets for that order (TFLM's "
+                                   "rules: 16 B alignment, no in-place); load it in TFLite "
+                                   "Micro and compare its outputs with the original's.")
+    p.add_argument("model", help=".tflite model (one subgraph, no variable tensors)")
+    p.add_argument("-o", "--output", required=True, metavar="PLANNED",
+                   help="the .tflite to write (refused if it exists, unless --force)")
+    p.add_argument("--schedule", default="serenity", choices=sorted(METHODS),
+                   help="operator order (default: serenity; 'stored' keeps TFLite's order)")
+    p.add_argument("--planner", default="optimal", choices=sorted(PLANNERS),
+                   help="arena planner for that order (default: optimal)")
+    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, metavar="SEC",
+                   help="bound for the scheduler and the arena solver together (default: "
+                        f"{DEFAULT_TIME_LIMIT:g})")
+    p.add_argument("--inputs", type=int, default=DEFAULT_INPUTS, metavar="N",
+                   help="random input sets on which TFLM's outputs for the copy must equal "
+                        f"the original's byte for byte (default: {DEFAULT_INPUTS})")
+    p.add_argument("--force", action="store_true", help="replace PLANNED if it exists")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_cmd_export_tflm)
+
+
+def _cmd_export_tflm(args) -> int:
+    from .tflm_export import export_tflm
+    model = _model_file(args.model)
+    _check_seconds("--time-limit", args.time_limit)
+    exported = export_tflm(model, args.output, schedule_method=args.schedule,
+                           planner=args.planner, time_limit=args.time_limit,
+                           inputs=args.inputs, force=args.force)
+    print(json.dumps(exported.to_json()) if args.json else exported.summary())
+    return 0
+
+
 def _add_demo(sub) -> None:
     p = sub.add_parser("demo", help="compile the built-in model for a Pico both ways and run "
                                     "it on the emulator")
@@ -342,6 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_compile(sub)
     _add_run(sub)
     _add_report(sub)
+    _add_export_tflm(sub)
     _add_demo(sub)
     return parser
 
