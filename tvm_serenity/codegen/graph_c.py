@@ -19,7 +19,9 @@ What ``model.c`` holds (the :mod:`tvm_serenity.micro` contract):
   of :mod:`.ops`: HARD_SWISH and LOGISTIC as 256-entry tables computed with the reference
   kernel (so is a MUL or ADD by a constant scalar), MUL and broadcasting or constant ADD
   with NumPy broadcasting up to rank 4, SOFTMAX with exponential tables and gemmlowp's
-  reciprocal in 32-bit C, RESIZE_NEAREST_NEIGHBOR with source-offset tables;
+  reciprocal in 32-bit C, RESIZE_NEAREST_NEIGHBOR with source-offset tables; the float32
+  SOFTMAX and LOG_SOFTMAX and the ARG_MAX that models put after their int8 core (its int32
+  indices are an activation like any other, ``MODEL_OUTPUT<i>_TYPE`` ``int32_t``);
 * zero-copy I/O in TFLite Micro's spirit, any number of inputs and outputs:
   ``void *model_input(int i)`` / ``void *model_output(int i)`` return ``arena + offset`` of
   graph input / output ``i`` (an output's offset is where it is after the last step), with
@@ -80,11 +82,13 @@ QUANTIZE/DEQUANTIZE run as C kernels (:func:`.ops.float_quantize_kernel`,
 the float32 tensors live in the arena like any other. ``integer_core(model)`` (``--int8-core``)
 strips a leading float->int8 QUANTIZE and a trailing int8->float DEQUANTIZE: ``model_run``
 then takes the already-quantized int8 input and returns the int8 output before DEQUANTIZE,
-and ``model.h`` documents both tensors' scale and zero point. Other float operators are
-refused.
+and ``model.h`` documents both tensors' scale and zero point. After the core, the float32
+SOFTMAX and LOG_SOFTMAX run as :mod:`.ops` kernels with the generated ``serenity_expf`` /
+``serenity_logf`` (glibc's algorithm, bit for bit, on every target: :func:`.ops.float_math_c`);
+other float operators are refused.
 
 The C needs only ``<stdint.h>`` and ``<string.h>`` (``memcpy``/``memmove``/``memset``; no
-libm, float only at the edges), builds
+libm), builds
 for the host and Arm alike, and with ``opt_level`` set (default ``"O2"``) asks GCC to optimise
 the model at that level whatever the build's flags (``#pragma GCC optimize``, ignored by other
 compilers): the firmware harness builds at ``-Os``, which costs 27% more Cortex-M0+ cycles
@@ -113,9 +117,10 @@ from ..frontend.tflite_model import Operator, Tensor, TFLiteModel, UnsupportedOp
 from ..frontend.to_graph import foldable_pads
 from ..text import counted
 from .kernels import default_kernel_name, make_prim_func
-from .ops import (OpKernel, add_kernel, c_array, c_helpers, clamp_kernel,
-                  concatenation_kernel, fully_connected_kernel, lookup_kernel, mean_kernel,
-                  mul_kernel, pad_kernel, requantize_kernel, resize_nearest_kernel,
+from .ops import (FLOAT_MATH, OpKernel, add_kernel, arg_max_kernel, c_array, c_helpers,
+                  clamp_kernel, concatenation_kernel, float_math_c, fully_connected_kernel,
+                  log_softmax_float_kernel, lookup_kernel, mean_kernel, mul_kernel,
+                  pad_kernel, requantize_kernel, resize_nearest_kernel, softmax_float_kernel,
                   softmax_kernel, strided_slice_kernel, transpose_kernel, c_float,
                   dequantize_kernel, float_quantize_kernel)
 from .partial import accumulator_requantize_prim_func, depthwise_slice_prim_func
@@ -125,11 +130,16 @@ from .spec import AddRescale, CodegenError, LayerSpec, pack_conv2d_weight
 __all__ = ["SUPPORTED_OPS", "REWRITE_ROLES", "IntegerCore", "Step", "IOTensor",
            "EmittedModel", "integer_core", "concat_is_copy", "emit_model"]
 
-#: TFLite operators the emitter generates code for (int8 activations).
+#: TFLite operators the emitter generates code for (int8 activations; the float edges,
+#: float32 SOFTMAX / LOG_SOFTMAX and ARG_MAX as :data:`OUTPUT_TYPES` allows).
 SUPPORTED_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "AVERAGE_POOL_2D", "ADD", "MUL",
                  "MEAN", "FULLY_CONNECTED", "TRANSPOSE", "RESHAPE", "CONCATENATION", "PAD",
                  "PADV2", "STRIDED_SLICE", "RESIZE_NEAREST_NEIGHBOR", "QUANTIZE", "RELU",
-                 "RELU6", "HARD_SWISH", "LOGISTIC", "SOFTMAX", "DEQUANTIZE")
+                 "RELU6", "HARD_SWISH", "LOGISTIC", "SOFTMAX", "DEQUANTIZE", "LOG_SOFTMAX",
+                 "ARG_MAX")
+#: Operators whose output may be other than a quantized int8 tensor, and which types.
+OUTPUT_TYPES = {"DEQUANTIZE": ("float32",), "SOFTMAX": ("float32",),
+                "LOG_SOFTMAX": ("float32",), "ARG_MAX": ("int32",)}
 #: Roles (``attrs["rewrite"]["role"]``) of identity-rewrite nodes the emitter generates code
 #: for; a pushed-down unary copy has no role ("pushdown" here).
 REWRITE_ROLES = ("partial", "accumulate", "requantize", "slice", "slice_into", "pushdown")
@@ -186,8 +196,9 @@ def integer_core(model: TFLiteModel, float_edges: bool = False) -> IntegerCore:
     float32 input or output is quantized or dequantized by the firmware); otherwise strip
     float->int8 QUANTIZE ops that read a graph input (and are its only reader) and
     int8->float DEQUANTIZE ops that write a graph output, and every input and output must
-    then be int8 (the ``--int8-core`` build). Any number of inputs and outputs. The model
-    is checked by :func:`~tvm_serenity.frontend.reference.validate` first; the kept operators keep their
+    then be int8 (the ``--int8-core`` build). Either way an output may also be int32
+    (ARG_MAX's indices). Any number of inputs and outputs. The model is checked by
+    :func:`~tvm_serenity.frontend.reference.validate` first; the kept operators keep their
     indices in the file, so every message names an operator as the file numbers it."""
     validate(model)
     consumers = model.consumers()
@@ -207,15 +218,16 @@ def integer_core(model: TFLiteModel, float_edges: bool = False) -> IntegerCore:
             continue
         drop.add(op.index)
         stripped.append(f"{op.op} #{op.index}")
-    allowed = ("int8", "float32") if float_edges else ("int8",)
+    allowed = {"input": ("int8", "float32") if float_edges else ("int8",)}
+    allowed["output"] = allowed["input"] + ("int32",)      # ARG_MAX's indices
     for what, indices in (("input", inputs), ("output", outputs)):
         for index in indices:
             t = model.tensors[index]
-            if t.dtype not in allowed or (t.dtype == "int8" and t.quant is None):
+            if t.dtype not in allowed[what] or (t.dtype == "int8" and t.quant is None):
                 raise CodegenError(
                     f"{model.source}: the model's {what} '{t.name}' is {t.dtype}"
                     f"{'' if t.quant else ' (not quantized)'}; model_run needs "
-                    + ("int8 or float32 tensors" if float_edges else
+                    + (f"{' or '.join(allowed[what])} tensors" if float_edges else
                        "int8 tensors (--int8-core strips only a float QUANTIZE / DEQUANTIZE "
                        "right at the edge)"))
     ops = tuple(op for op in model.operators if op.index not in drop)
@@ -251,7 +263,7 @@ class IOTensor:
     an unquantized (float32) tensor, as in TFLite Micro."""
 
     name: str
-    dtype: str                     # "int8" or "float32"
+    dtype: str                     # "int8", "float32" or "int32"
     shape: tuple[int, ...]
     bytes: int
     offset: int
@@ -369,6 +381,7 @@ class _Emitter:
         self.tensor_node = _tensor_nodes(core, graph, self.operator_of)
         self.prim_names: dict[tuple, str] = {}
         self.accumulators = False          # an int32 accumulator kernel was emitted
+        self.float_math: set[str] = set()  # serenity_expf / serenity_logf used
         self.checked_concats: set[str] = set()
         self.consts: list[str] = []
         self.definitions: list[str] = []
@@ -387,15 +400,17 @@ class _Emitter:
     def unsupported(self, op: Operator, why: str) -> UnsupportedOperatorError:
         return UnsupportedOperatorError(f"{self.where(op)}: {why}", op.op, op.index)
 
-    def activation(self, op: Operator, i: int) -> tuple[Tensor, str]:
-        """Operand ``i`` as (tensor, arena pointer expression); constants are refused."""
+    def activation(self, op: Operator, i: int, dtype: str = "int8") -> tuple[Tensor, str]:
+        """Operand ``i`` as (tensor, arena pointer expression), a (quantized, for int8)
+        ``dtype`` activation; constants are refused."""
         t = self.core.tensors[op.inputs[i]]
         if t.data is not None:
             raise self.unsupported(op, f"operand {i} ('{t.name}') is a constant; the emitter "
                                        "supports activation operands only")
-        if t.dtype != "int8" or t.quant is None:
-            raise self.unsupported(op, f"operand '{t.name}' is {t.dtype}; only int8 "
-                                       "activations are supported")
+        if t.dtype != dtype or (dtype == "int8" and t.quant is None):
+            raise self.unsupported(op, f"operand '{t.name}' is {t.dtype}; only {dtype} "
+                                       "activations are supported" + (
+                                           f" by {op.op}" if dtype != "int8" else ""))
         node = self.tensor_node[op.inputs[i]]
         return t, f"ARENA({self.location[node]})"
 
@@ -502,9 +517,13 @@ class _Emitter:
         if handler is None:
             raise self.unsupported(op, f"not supported by the graph C emitter (supported: "
                                        f"{', '.join(SUPPORTED_OPS)})")
-        if (out.dtype != "int8" or out.quant is None) and op.op != "DEQUANTIZE":
+        if (out.dtype != "int8" or out.quant is None) and \
+                out.dtype not in OUTPUT_TYPES.get(op.op, ()):
             raise self.unsupported(op, f"output '{out.name}' is {out.dtype}; only int8 "
-                                       "activations are supported")
+                                       "activations are supported" + (
+                                           f" ({op.op} also writes "
+                                           f"{' or '.join(OUTPUT_TYPES[op.op])})"
+                                           if op.op in OUTPUT_TYPES else ""))
         in_place = pair is not None
         try:
             kernel, layout, statement = (handler(self, node, op, in_place) if origin is None
@@ -963,7 +982,10 @@ class _Emitter:
         """TFLM's int8 SOFTMAX over the last axis (``reference.softmax_int8``): the
         exponentials of the 256 possible differences to the row maximum and their terms of
         the sum as tables (:func:`~tvm_serenity.frontend.reference.softmax_tables`), the per-row
-        reciprocal and rounding in 32-bit C (:func:`.ops.softmax_kernel`)."""
+        reciprocal and rounding in 32-bit C (:func:`.ops.softmax_kernel`). A float32
+        SOFTMAX is :meth:`softmax_float`'s."""
+        if self.core.tensors[op.inputs[0]].dtype == "float32":
+            return self.softmax_float(node, op, in_place)
         x, x_ptr = self.activation(op, 0)
         out = self.core.tensors[op.outputs[0]]
         if self.scale_zp(out) != (np.float32(1.0 / 256), ref.INT8_MIN):
@@ -980,6 +1002,37 @@ class _Emitter:
         args = [x_ptr, self.output(node), self.const(f"{name}_exps", "int32", exps),
                 self.const(f"{name}_terms", "int32", terms)]
         return kernel, "rip" if in_place else "dual", _call(kernel, args)
+
+    def softmax_float(self, node, op, in_place):
+        """float32 SOFTMAX and LOG_SOFTMAX over the last axis (TFLite's ``reference_ops``,
+        :func:`.ops.softmax_float_kernel` / :func:`.ops.log_softmax_float_kernel`), with the
+        generated ``serenity_expf`` (and ``serenity_logf``)."""
+        x, x_ptr = self.activation(op, 0, "float32")
+        depth = int(x.shape[-1])
+        name = _c_name(node.name)
+        if op.op == "SOFTMAX":
+            kernel = softmax_float_kernel(name, x.size // depth, depth,
+                                          op.options.get("beta", 1.0))
+            self.float_math.add("expf")
+        else:
+            kernel = log_softmax_float_kernel(name, x.size // depth, depth)
+            self.float_math.update(FLOAT_MATH)
+        kernel = self.op_kernel(kernel)
+        return kernel, "rip" if in_place else "dual", _call(kernel, [x_ptr, self.output(node)])
+
+    def arg_max(self, node, op, in_place):
+        """ARG_MAX of an int8 or float32 tensor along its constant axis, int32 indices
+        (:func:`.ops.arg_max_kernel`); in place as :mod:`~tvm_serenity.frontend.to_graph`
+        flags it (the output starting where the input starts)."""
+        x = self.core.tensors[op.inputs[0]]
+        x, x_ptr = self.activation(op, 0, "float32" if x.dtype == "float32" else "int8")
+        shape = [int(d) for d in x.shape]
+        axis = int(np.asarray(self.core.tensors[op.inputs[1]].data).reshape(-1)[0]) % len(shape)
+        outer, inner = (int(np.prod(part, dtype=np.int64)) for part in (shape[:axis],
+                                                                         shape[axis + 1:]))
+        kernel = self.op_kernel(arg_max_kernel(_c_name(node.name), outer, shape[axis], inner,
+                                               x.dtype))
+        return kernel, "rip" if in_place else "dual", _call(kernel, [x_ptr, self.output(node)])
 
     def resize_nearest(self, node, op, in_place):
         """RESIZE_NEAREST_NEIGHBOR: the reference's source rows and columns (read off by
@@ -1021,6 +1074,7 @@ _HANDLERS = {"CONV_2D": _Emitter.window, "DEPTHWISE_CONV_2D": _Emitter.window,
              "RELU": _Emitter.relu, "RELU6": _Emitter.relu,
              "RESHAPE": _Emitter.reshape, "HARD_SWISH": _Emitter.lookup,
              "LOGISTIC": _Emitter.lookup, "SOFTMAX": _Emitter.softmax,
+             "LOG_SOFTMAX": _Emitter.softmax_float, "ARG_MAX": _Emitter.arg_max,
              "RESIZE_NEAREST_NEIGHBOR": _Emitter.resize_nearest}
 assert set(_HANDLERS) == set(SUPPORTED_OPS)
 _REWRITE_HANDLERS = {"partial": _Emitter.conv_partial, "accumulate": _Emitter.conv_partial,
@@ -1046,7 +1100,7 @@ def _c_string(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-_C_TYPES = {"int8": "int8_t", "float32": "float"}
+_C_TYPES = {"int8": "int8_t", "float32": "float", "int32": "int32_t"}
 
 
 def _io_header(kind: str, tensors: tuple[IOTensor, ...]) -> tuple[list[str], list[str]]:
@@ -1145,7 +1199,9 @@ def emit_model(core: IntegerCore, graph: Graph, plan: ArenaPlan, *, opt_level: s
         "static uint8_t arena[MODEL_ARENA_BYTES] __attribute__((aligned(8)));", "#else",
         "static uint8_t arena[MODEL_ARENA_BYTES];", "#endif",
         "#define ARENA(offset) ((int8_t *)(arena + (offset)))", *scratch_decls, "",
-        c_helpers(), *([_ACC_TYPEDEF] if emitter.accumulators else []), *emitter.consts,
+        c_helpers(), *([_ACC_TYPEDEF] if emitter.accumulators else []),
+        *([float_math_c(sorted(emitter.float_math))] if emitter.float_math else []),
+        *emitter.consts,
         *emitter.definitions, *_io_functions("input", inputs),
         *_io_functions("output", outputs), *run, *pragma_off, ""])
     scratch_bytes = 2 * emitter.scratch16 + 4 * emitter.scratch32
@@ -1162,7 +1218,7 @@ def emit_model(core: IntegerCore, graph: Graph, plan: ArenaPlan, *, opt_level: s
         " * model_run reuses the inputs' bytes once they are read, and the next inputs may",
         " * overwrite the outputs: write all inputs before each run, read the outputs before",
         " * writing the next inputs. The pointers are only byte-aligned (arena + offset):",
-        " * access a float32 tensor whose offset is not a multiple of 4 with memcpy.",
+        " * access a float32 or int32 tensor whose offset is not a multiple of 4 with memcpy.",
         *in_comments, *out_comments, *stripped,
         f" * Static RAM: arena {arena} B + kernel scratch {scratch_bytes} B.", " */",
         f"#ifndef {guard}", f"#define {guard}", "", "#include <stdint.h>", "",

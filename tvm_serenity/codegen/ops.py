@@ -31,6 +31,12 @@ which the graph emitter relies on when the arena plan overlaps input and output 
   ``i / 4``, already read) and DEQUANTIZE's int8 input may end where its float32 output ends
   (its unread bytes ``3N + j``, ``j > i``, lie past output byte ``4i + 3``): the RiP layout
   of a workspace of the float tensor's size.
+* The float32 SOFTMAX and LOG_SOFTMAX read a row whole (its maximum, its sum) before
+  writing it, then each output right after its input: exact alias is safe. ARG_MAX writes
+  index ``q`` (4 bytes) after reading column ``q`` whole: over a float32 input every
+  input element at or before ``q`` is then read, so the output may start where the input
+  starts; over int8 that holds when the reduced axis is the last and has 4 or more values
+  (bytes ``4q .. 4q + 3`` lie in rows ``<= q``).
 * TRANSPOSE, CONCATENATION, PAD, STRIDED_SLICE, RESIZE_NEAREST_NEIGHBOR and the RESHAPE copy
   need disjoint buffers.
 
@@ -45,6 +51,19 @@ no float outside the int32 range is converted (undefined in C), and rounding hal
 zero is done by hand, so the kernels need no libm. Float tensors sit at any byte offset of the
 arena, so they are read and written through ``memcpy`` (no unaligned word access).
 
+Float operators after the int8 core. ``softmax_float_kernel``, ``log_softmax_float_kernel``
+and ``arg_max_kernel`` are TFLite's ``reference_ops`` loops in float32
+(:func:`tvm_serenity.frontend.reference.softmax_float` and siblings). Their ``exp`` and
+``log`` are :func:`float_math_c`'s ``serenity_expf`` / ``serenity_logf``, glibc's algorithm
+(the reference's :func:`~tvm_serenity.frontend.reference.expf`) in portable C: float64
+products and sums, integer bit manipulation and the reference's tables, no libm. So every
+target computes what TFLite Micro computes on the glibc host where its outputs are checked;
+the Pico toolchain's newlib ``expf``/``logf`` (fdlibm on soft-float Cortex-M) differ from
+glibc in about 1% / 4% of the softmax range by 1 ulp, and the host harness links no libm. The
+helpers turn floating-point contraction off (a fused multiply-add would round differently).
+A float64 operation is a soft-float call on the Cortex-M0+ and M33 (no double FPU): about
+one microsecond per exponential, for the few classes of a classifier head.
+
 :func:`c_helpers` returns the shared fixed-point helpers, which a translation unit using these
 kernels includes once: ``serenity_mbqm`` (TFLite's ``MultiplyByQuantizedMultiplier`` with
 double rounding, lowered from the same TIR expression the generated kernels inline, see
@@ -57,6 +76,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..frontend import reference as ref
 from .plain_c import requantize_c_function
 from .spec import INT8_MAX, INT8_MIN, CodegenError
 
@@ -64,7 +84,8 @@ __all__ = ["c_helpers", "OpKernel", "c_array", "mean_kernel", "fully_connected_k
            "transpose_kernel", "concatenation_kernel", "pad_kernel", "strided_slice_kernel",
            "requantize_kernel", "clamp_kernel", "lookup_kernel", "mul_kernel", "add_kernel",
            "softmax_kernel", "resize_nearest_kernel", "c_float", "float_quantize_kernel",
-           "dequantize_kernel"]
+           "dequantize_kernel", "FLOAT_MATH", "float_math_c", "softmax_float_kernel",
+           "log_softmax_float_kernel", "arg_max_kernel"]
 
 
 def c_helpers() -> str:
@@ -638,6 +659,225 @@ static void {name}(const int8_t *input, int8_t *output) {{
         float y = {c_float(scale)} * (float)((int32_t)input[i] {_plus(-zero_point)});
         memcpy(output + 4 * i, &y, 4);
     }}
+}}
+"""
+    return OpKernel(name, source)
+
+
+def _c_double(value: float) -> str:
+    """A float64 value as an exact C99 hexadecimal literal."""
+    return float(value).hex()
+
+
+#: The functions :func:`float_math_c` defines, as kernels name them.
+FLOAT_MATH = ("expf", "logf")
+
+
+def float_math_c(functions=FLOAT_MATH) -> str:
+    """C definitions of ``serenity_expf`` and / or ``serenity_logf`` (``functions``, a subset
+    of :data:`FLOAT_MATH`): glibc's ``expf`` and ``logf`` (:func:`tvm_serenity.frontend.
+    reference.expf` / ``logf``, every float64 operation rounded on its own), with the
+    reference's tables (module docstring)."""
+    unknown = set(functions) - set(FLOAT_MATH)
+    if unknown or not functions:
+        raise CodegenError(f"float_math_c: {sorted(unknown) or 'no function'} (choose from "
+                           f"{', '.join(FLOAT_MATH)})")
+    e, g = ref.EXPF_CONSTANTS, ref.LOGF_CONSTANTS
+    exp_table = ",\n    ".join(", ".join(f"0x{int(v):016x}ull" for v in ref.EXPF_TABLE[i:i + 4])
+                               for i in range(0, 32, 4))
+    log_table = ",\n    ".join(f"{{{_c_double(a)}, {_c_double(b)}}}" for a, b in ref.LOGF_TABLE)
+    prologue = f"""\
+/* expf and logf as glibc computes them (Arm optimized-routines), without libm: float64
+ * products and sums each rounded on its own, so no fused multiply-add. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+static float serenity_float_of_bits(uint32_t bits) {{
+    float x;
+    memcpy(&x, &bits, 4);
+    return x;
+}}
+"""
+    exp = f"""
+static const uint64_t serenity_exp2_table[32] = {{
+    {exp_table}
+}};
+
+static float serenity_expf(float x) {{
+    uint32_t bits, top;
+    uint64_t k, t;
+    double z, kd, r, s, p, q;
+    memcpy(&bits, &x, 4);
+    top = (bits >> 20) & 0x7ffu;
+    if (top >= 0x42bu) {{                 /* |x| >= 88, inf or NaN */
+        if (bits == 0xff800000u) return 0.0f;
+        if (top >= 0x7f8u) return x + x;
+        if (x > {c_float(ref.EXPF_OVERFLOW)}) return serenity_float_of_bits(0x7f800000u);
+        if (x < {c_float(ref.EXPF_UNDERFLOW)}) return 0.0f;
+        if (x < {c_float(ref.EXPF_MAY_UNDERFLOW)}) return {c_float(2.0 ** -149)};
+    }}
+    z = {_c_double(e["invln2_n"])} * (double)x;      /* x * 32 / ln 2 = k + r */
+    kd = z + {_c_double(e["shift"])};               /* k in the low bits */
+    memcpy(&k, &kd, 8);
+    kd = kd - {_c_double(e["shift"])};
+    r = z - kd;
+    t = serenity_exp2_table[k % 32u] + (k << 47);     /* 2^(k/32) */
+    memcpy(&s, &t, 8);
+    p = {_c_double(e["c0"])} * r;
+    p = p + {_c_double(e["c1"])};
+    q = {_c_double(e["c2"])} * r;
+    q = q + 1.0;
+    p = p * (r * r);
+    p = p + q;
+    return (float)(p * s);
+}}
+"""
+    log = f"""
+static const double serenity_log_table[16][2] = {{
+    {log_table}
+}};
+
+static float serenity_logf(float x) {{
+    uint32_t bits, tmp, zbits;
+    int32_t k, i;
+    float zf;
+    double z, r, r2, y, y0, p;
+    memcpy(&bits, &x, 4);
+    if (bits == 0x3f800000u) return 0.0f;
+    if (bits - 0x00800000u >= 0x7f000000u) {{   /* zero, subnormal, negative, inf or NaN */
+        if (bits * 2u == 0u) return serenity_float_of_bits(0xff800000u);   /* -inf */
+        if (bits == 0x7f800000u) return x;
+        if ((bits & 0x80000000u) || bits * 2u >= 0xff000000u) return (x - x) / (x - x);
+        x = x * {c_float(2.0 ** 23)};              /* subnormal: normalize */
+        memcpy(&bits, &x, 4);
+        bits -= 23u << 23;
+    }}
+    tmp = bits - 0x3f330000u;                /* x = 2^k z, z in [0x1.66p-1, 0x1.66p0) */
+    i = (int32_t)((tmp >> 19) % 16u);
+    k = (int32_t)(tmp & 0xff800000u) / (1 << 23);
+    zbits = bits - (tmp & 0xff800000u);
+    memcpy(&zf, &zbits, 4);
+    z = (double)zf;
+    p = z * serenity_log_table[i][0];
+    r = p - 1.0;                             /* z / c - 1 */
+    p = (double)k * {_c_double(g["ln2"])};
+    y0 = serenity_log_table[i][1] + p;
+    r2 = r * r;
+    p = {_c_double(g["a1"])} * r;
+    y = p + {_c_double(g["a2"])};
+    p = {_c_double(g["a0"])} * r2;
+    y = p + y;
+    p = y * r2;
+    return (float)(p + (y0 + r));
+}}
+"""
+    return prologue + (exp if "expf" in functions else "") + (log if "logf" in functions else "")
+
+
+def _rows_check(name: str, what: str, rows: int, depth: int) -> None:
+    if rows < 1 or depth < 1:
+        raise CodegenError(f"{name}: empty {what} ({rows}x{depth})")
+
+
+def softmax_float_kernel(name: str, rows: int, depth: int, beta: float) -> OpKernel:
+    """TFLite's float SOFTMAX (``reference_ops::Softmax``, :func:`~tvm_serenity.frontend.
+    reference.softmax_float`) over ``rows`` rows of ``depth`` float32 values: the row
+    maximum, ``exp((x - max) * beta)`` written to the output and summed in order, then each
+    divided by the sum. Exact alias is safe (module docstring)."""
+    _rows_check(name, "SOFTMAX", rows, depth)
+    source = f"""\
+/* SOFTMAX float32: {rows} row(s) of {depth}, beta {float(np.float32(beta))!r} (TFLite
+ * reference_ops::Softmax). */
+static void {name}(const int8_t *input, int8_t *output) {{
+    for (int32_t r = 0; r < {rows}; ++r) {{
+        const int8_t *x = input + r * {4 * depth};
+        int8_t *y = output + r * {4 * depth};
+        float max = {c_float(np.finfo(np.float32).min)}, sum = 0.0f, v;
+        for (int32_t i = 0; i < {depth}; ++i) {{
+            memcpy(&v, x + 4 * i, 4);
+            if (max < v) max = v;
+        }}
+        for (int32_t i = 0; i < {depth}; ++i) {{
+            memcpy(&v, x + 4 * i, 4);
+            v = serenity_expf((v - max) * {c_float(beta)});
+            memcpy(y + 4 * i, &v, 4);
+            sum += v;
+        }}
+        for (int32_t i = 0; i < {depth}; ++i) {{
+            memcpy(&v, y + 4 * i, 4);
+            v = v / sum;
+            memcpy(y + 4 * i, &v, 4);
+        }}
+    }}
+}}
+"""
+    return OpKernel(name, source)
+
+
+def log_softmax_float_kernel(name: str, rows: int, depth: int) -> OpKernel:
+    """TFLite's float LOG_SOFTMAX (``reference_ops::LogSoftmax``, :func:`~tvm_serenity.
+    frontend.reference.log_softmax_float`): per row the maximum, the sum of ``exp(x - max)``
+    in order, then ``(x - max) - log(sum)``. Exact alias is safe."""
+    _rows_check(name, "LOG_SOFTMAX", rows, depth)
+    source = f"""\
+/* LOG_SOFTMAX float32: {rows} row(s) of {depth} (TFLite reference_ops::LogSoftmax). */
+static void {name}(const int8_t *input, int8_t *output) {{
+    for (int32_t r = 0; r < {rows}; ++r) {{
+        const int8_t *x = input + r * {4 * depth};
+        int8_t *y = output + r * {4 * depth};
+        float max = {c_float(np.finfo(np.float32).min)}, sum = 0.0f, log_sum, v;
+        for (int32_t i = 0; i < {depth}; ++i) {{
+            memcpy(&v, x + 4 * i, 4);
+            if (max < v) max = v;
+        }}
+        for (int32_t i = 0; i < {depth}; ++i) {{
+            memcpy(&v, x + 4 * i, 4);
+            sum += serenity_expf(v - max);
+        }}
+        log_sum = serenity_logf(sum);
+        for (int32_t i = 0; i < {depth}; ++i) {{
+            memcpy(&v, x + 4 * i, 4);
+            v = v - max - log_sum;
+            memcpy(y + 4 * i, &v, 4);
+        }}
+    }}
+}}
+"""
+    return OpKernel(name, source)
+
+
+def arg_max_kernel(name: str, outer: int, size: int, inner: int, dtype: str) -> OpKernel:
+    """TFLite's ARG_MAX (``reference_ops::ArgMinMax`` with ``std::greater``,
+    :func:`~tvm_serenity.frontend.reference.arg_max`) of an ``(outer, size, inner)`` view of
+    an int8 or float32 tensor: per column the int32 index of the first value no later one
+    exceeds, written through ``memcpy`` (any offset). In place: module docstring."""
+    if min(outer, size, inner) < 1:
+        raise CodegenError(f"{name}: empty ARG_MAX ({outer}x{size}x{inner})")
+    if dtype not in ("int8", "float32"):
+        raise CodegenError(f"{name}: ARG_MAX of {dtype} (int8 or float32 only)")
+    ctype, width = ("float", 4) if dtype == "float32" else ("int8_t", 1)
+    load = ("memcpy(&v, input + {k} * 4, 4);" if width == 4 else "v = input[{k}];")
+    source = f"""\
+/* ARG_MAX {dtype}: {outer} x [{size}] x {inner} -> int32 indices, the first maximum wins
+ * (TFLite reference_ops::ArgMinMax, std::greater). */
+static void {name}(const int8_t *input, int8_t *output) {{
+    for (int32_t o = 0; o < {outer}; ++o)
+        for (int32_t j = 0; j < {inner}; ++j) {{
+            {ctype} best, v;
+            int32_t index = 0;
+            {load.format(k=f"(o * {size * inner} + j)")}
+            best = v;
+            for (int32_t i = 1; i < {size}; ++i) {{
+                {load.format(k=f"((o * {size} + i) * {inner} + j)")}
+                if (v > best) {{
+                    best = v;
+                    index = i;
+                }}
+            }}
+            memcpy(output + 4 * (o * {inner} + j), &index, 4);
+        }}
 }}
 """
     return OpKernel(name, source)

@@ -32,8 +32,10 @@ _OPTIONS_TABLE = {
     "RESIZE_NEAREST_NEIGHBOR": "ResizeNearestNeighborOptions", "SOFTMAX": "SoftmaxOptions",
     "HARD_SWISH": "HardSwishOptions", "QUANTIZE": "QuantizeOptions",
     "DEQUANTIZE": "DequantizeOptions", "STRIDED_SLICE": "StridedSliceOptions",
+    "LOG_SOFTMAX": "LogSoftmaxOptions", "ARG_MAX": "ArgMaxOptions",
 }
-_ENUMS = {"padding": "Padding", "fused_activation_function": "ActivationFunctionType"}
+_ENUMS = {"padding": "Padding", "fused_activation_function": "ActivationFunctionType",
+          "output_type": "TensorType"}
 
 
 def _camel(key: str) -> str:

@@ -24,6 +24,19 @@ Arithmetic follows TFLite's ``kernels/internal`` reference code as TFLite Micro 
   rescaled by the element count), AVERAGE_POOL the round-half-away integer division over the
   in-bounds window, ADD the ``left_shift = 20`` scheme.
 
+**Float32 kernels** (the float operators models put after their int8 core): SOFTMAX,
+LOG_SOFTMAX and ARG_MAX follow TFLite's ``reference_ops`` loop by loop, in float32 with its
+order of operations: the row maximum as ``std::max`` from ``lowest()`` (a NaN never becomes
+the maximum), the sum of exponentials accumulated front to back, ``exp((x - max) * beta) /
+sum`` and ``(x - max) - log(sum)``; ARG_MAX keeps the first index of the largest value
+(``curr > best``). ``std::exp`` / ``std::log`` are the platform's ``expf`` / ``logf``:
+TFLite Micro's Python wrapper calls glibc's, whose algorithm (Arm's optimized-routines, also
+musl's) :func:`expf` and :func:`logf` restate in float64 numpy, operation for operation, with
+its tables and polynomials. The C kernels compute the same
+(:mod:`tvm_serenity.codegen.ops`), so every target gets glibc's bits: the Pico toolchain's
+newlib uses the older fdlibm code on soft-float Cortex-M, which differs from glibc in 0.8% of
+``expf`` and 3.8% of ``logf`` results in the softmax ranges (1 ulp).
+
 Before any kernel is prepared, :func:`validate` refuses what TFLite Micro's ``Prepare`` refuses
 (operand counts, ranks, axes, shapes against the options, scales and zero points) and what it
 would run with an undefined result (a shift of 32 bits or more, an unknown fused activation,
@@ -40,6 +53,7 @@ quantization differ (TFLM only clamps; converters fuse RELU6, so models rarely h
 
 from __future__ import annotations
 
+import decimal
 import math
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
@@ -67,6 +81,9 @@ __all__ = [
     "softmax_int8", "relu_int8", "relu6_int8", "fully_connected_accumulate",
     "requantize_float", "conv_params",
     "StridedSliceParams", "resolve_strided_slice", "strided_slice_params", "strided_slice",
+    # float32 kernels
+    "expf", "logf", "EXPF_TABLE", "EXPF_CONSTANTS", "LOGF_TABLE", "LOGF_CONSTANTS",
+    "row_max_float", "softmax_float", "log_softmax_float", "arg_max", "ARG_MAX_TYPES",
     # interpreter
     "SUPPORTED_OPS", "TFLM", "LITERT", "RUNTIMES", "Interpreter", "run", "run_all",
     "ReferenceError", "validate", "ACTIVATIONS",
@@ -848,6 +865,148 @@ def relu6_int8(x: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
     return np.clip(x, zero_point, six).astype(np.int8)
 
 
+# ========================================================================== float32 kernels
+def _exp2_table() -> np.ndarray:
+    """``EXPF_TABLE[i]``: the bits of ``2^(i/32)`` (rounded to nearest double) minus ``i <<
+    47``, so that adding ``k << 47`` for ``k = 32 e + i`` gives ``2^(k/32)``."""
+    with decimal.localcontext() as ctx:
+        ctx.prec = 60
+        values = [float(decimal.Decimal(2) ** (decimal.Decimal(i) / 32)) for i in range(32)]
+    return np.array(values).view(np.uint64) - (np.arange(32, dtype=np.uint64) << np.uint64(47))
+
+
+def _hex_rows(text: str) -> np.ndarray:
+    """Rows of C99 hexadecimal float literals as a float64 array."""
+    return np.array([[float.fromhex(v) for v in row.split()] for row in text.split(";")])
+
+
+#: glibc's ``__exp2f_data`` (Arm optimized-routines ``expf``): the 32-entry table and, for
+#: ``x * 32 / ln 2 = k + r``, ``2^(r/32) ~= (c0 r + c1) r^2 + (c2 r + 1)`` (the
+#: polynomial scaled by ``1/32^n``), with the round-to-integer shift ``1.5 * 2^52``.
+EXPF_TABLE = _exp2_table()
+EXPF_CONSTANTS = dict(zip(("invln2_n", "shift", "c0", "c1", "c2"), _hex_rows(
+    "0x1.71547652b82fep+5 0x1.8p+52 0x1.c6af84b912394p-20 0x1.ebfce50fac4f3p-13 "
+    "0x1.62e42ff0c52d6p-6")[0].tolist()))
+#: glibc's ``__logf_data``: per subinterval of ``[0x1.66p-1, 0x1.66p0)`` (``x = 2^k z``),
+#: ``(1/c, log c)``; ``log(x) ~= k ln2 + log c + r + a0 r^4 + a1 r^3 + a2 r^2`` with
+#: ``r = z/c - 1``.
+LOGF_TABLE = _hex_rows(
+    "0x1.661ec79f8f3bep+0 -0x1.57bf7808caadep-2; 0x1.571ed4aaf883dp+0 -0x1.2bef0a7c06ddbp-2;"
+    "0x1.49539f0f010bp+0 -0x1.01eae7f513a67p-2; 0x1.3c995b0b80385p+0 -0x1.b31d8a68224e9p-3;"
+    "0x1.30d190c8864a5p+0 -0x1.6574f0ac07758p-3; 0x1.25e227b0b8eap+0 -0x1.1aa2bc79c81p-3;"
+    "0x1.1bb4a4a1a343fp+0 -0x1.a4e76ce8c0e5ep-4; 0x1.12358f08ae5bap+0 -0x1.1973c5a611cccp-4;"
+    "0x1.0953f419900a7p+0 -0x1.252f438e10c1ep-5; 0x1p+0 0x0p+0;"
+    "0x1.e608cfd9a47acp-1 0x1.aa5aa5df25984p-5; 0x1.ca4b31f026aap-1 0x1.c5e53aa362eb4p-4;"
+    "0x1.b2036576afce6p-1 0x1.526e57720db08p-3; 0x1.9c2d163a1aa2dp-1 0x1.bc2860d22477p-3;"
+    "0x1.886e6037841edp-1 0x1.1058bc8a07ee1p-2; 0x1.767dcf5534862p-1 0x1.4043057b6ee09p-2")
+LOGF_CONSTANTS = dict(zip(("ln2", "a0", "a1", "a2"), _hex_rows(
+    "0x1.62e42fefa39efp-1 -0x1.00ea348b88334p-2 0x1.5575b0be00b6ap-2 "
+    "-0x1.ffffef20a4123p-2")[0].tolist()))
+#: ``expf``'s range limits (float32): above, +inf; below the first, 0; below the second,
+#: glibc's ``__math_may_uflowf``, the smallest subnormal.
+EXPF_OVERFLOW, EXPF_UNDERFLOW, EXPF_MAY_UNDERFLOW = (
+    float.fromhex(v) for v in ("0x1.62e42ep6", "-0x1.9fe368p6", "-0x1.9d1d9ep6"))
+
+
+def expf(x) -> np.ndarray:
+    """glibc's ``expf`` (its generic C code: every float64 product and sum rounded on its
+    own), float32 in and out. Equal to glibc on all 2^32 inputs but two where glibc's FMA
+    build, which x86 CPUs with FMA run, fuses ``x * 32/ln2 - k`` (``-0x1.f8cbb2p+5`` and
+    ``0x1.04845ep+5``, 1 ulp)."""
+    shape = np.shape(x)
+    x = np.asarray(x, dtype=np.float32).reshape(-1)
+    c = EXPF_CONSTANTS
+    with np.errstate(all="ignore"):
+        z = c["invln2_n"] * x.astype(np.float64)
+        kd = z + c["shift"]                         # rounds z to an integer (ties to even)
+        ki = kd.view(np.uint64)
+        r = z - (kd - c["shift"])
+        s = (EXPF_TABLE[ki % 32] + (ki << np.uint64(47))).view(np.float64)
+        y = ((c["c0"] * r + c["c1"]) * (r * r) + (c["c2"] * r + 1.0)) * s
+        y = y.astype(np.float32)
+        return np.select([x == -np.inf, np.isnan(x) | (x == np.inf), x > EXPF_OVERFLOW,
+                          x < EXPF_UNDERFLOW, x < EXPF_MAY_UNDERFLOW],
+                         [np.float32(0), x + x, np.float32(np.inf), np.float32(0),
+                          np.float32(2.0 ** -149)], y).astype(np.float32).reshape(shape)
+
+
+def logf(x) -> np.ndarray:
+    """glibc's ``logf`` (generic C code), float32 in and out: equal to glibc on all 2^32
+    inputs (NaN payloads aside). Subnormals are scaled by 2^23 first."""
+    shape = np.shape(x)
+    x = np.asarray(x, dtype=np.float32).reshape(-1)
+    c = LOGF_CONSTANTS
+    with np.errstate(all="ignore"):
+        bits = x.view(np.uint32)
+        scaled = (x * np.float32(2.0 ** 23)).view(np.uint32) - np.uint32(23 << 23)
+        ix = np.where(bits < 0x00800000, scaled, bits)
+        tmp = ix - np.uint32(0x3f330000)
+        i = (tmp >> np.uint32(19)) % 16
+        k = tmp.view(np.int32) >> 23
+        z = (ix - (tmp & np.uint32(0xff800000))).view(np.float32).astype(np.float64)
+        r = z * LOGF_TABLE[i, 0] - 1.0
+        y0 = LOGF_TABLE[i, 1] + k.astype(np.float64) * c["ln2"]
+        r2 = r * r
+        y = (c["a0"] * r2 + (c["a1"] * r + c["a2"])) * r2 + (y0 + r)
+        y = y.astype(np.float32)
+        return np.select([x == 1, x == 0, x == np.inf, np.isnan(x) | (x < 0)],
+                         [np.float32(0), np.float32(-np.inf), x, np.float32(np.nan)],
+                         y).astype(np.float32).reshape(shape)
+
+
+def row_max_float(x: np.ndarray) -> np.ndarray:
+    """``max = lowest(); max = std::max(max, x[c])`` along the last axis, front to back: a NaN
+    is never taken, and a zero keeps the sign of the first zero that became the maximum."""
+    x = np.asarray(x, dtype=np.float32)
+    best = np.full(x.shape[:-1], np.finfo(np.float32).min, dtype=np.float32)
+    for c in range(x.shape[-1]):
+        best = np.where(best < x[..., c], x[..., c], best)
+    return best[..., None]
+
+
+def _row_sum_float(x: np.ndarray) -> np.ndarray:
+    """``sum = 0.f; sum += x[c]`` along the last axis, front to back, in float32."""
+    total = np.zeros(x.shape[:-1], dtype=np.float32)
+    for c in range(x.shape[-1]):
+        total = total + x[..., c]
+    return total[..., None]
+
+
+def softmax_float(x: np.ndarray, beta: float) -> np.ndarray:
+    """``reference_ops::Softmax`` (float): ``exp((x - max) * beta)`` per value, their sum in
+    order, each exponential divided by the sum, all in float32."""
+    x = np.asarray(x, dtype=np.float32)
+    with np.errstate(all="ignore"):
+        e = expf((x - row_max_float(x)) * np.float32(beta))
+        return e / _row_sum_float(e)
+
+
+def log_softmax_float(x: np.ndarray) -> np.ndarray:
+    """``reference_ops::LogSoftmax`` (float): ``(x - max) - log(sum exp(x - max))`` in
+    float32."""
+    x = np.asarray(x, dtype=np.float32)
+    with np.errstate(all="ignore"):
+        d = x - row_max_float(x)
+        return d - logf(_row_sum_float(expf(d)))
+
+
+#: ARG_MAX's input and output types in TFLite Micro (``arg_min_max.cc``; its axis is int32).
+ARG_MAX_TYPES = (("float32", "int8"), ("int32",))
+
+
+def arg_max(x: np.ndarray, axis: int) -> np.ndarray:
+    """``reference_ops::ArgMinMax`` with ``std::greater``: along ``axis``, the index of the
+    first value no later value exceeds (ties keep the first; a NaN is never greater, so a
+    leading NaN keeps index 0); int64 indices."""
+    x = np.moveaxis(np.asarray(x), axis, -1)
+    best, index = x[..., 0], np.zeros(x.shape[:-1], dtype=np.int64)
+    for i in range(1, x.shape[-1]):
+        greater = x[..., i] > best
+        best = np.where(greater, x[..., i], best)
+        index = np.where(greater, i, index)
+    return index
+
+
 # ============================================================================ interpreter
 Kernel = Callable[[Sequence[np.ndarray | None]], np.ndarray]
 
@@ -915,7 +1074,7 @@ _ARITY = {"CONV_2D": (2, 3), "DEPTHWISE_CONV_2D": (2, 3), "FULLY_CONNECTED": (2,
           "TRANSPOSE": (2, 2), "CONCATENATION": (1, None), "STRIDED_SLICE": (4, 4),
           "RESIZE_NEAREST_NEIGHBOR": (2, 2), "QUANTIZE": (1, 1), "DEQUANTIZE": (1, 1),
           "RELU": (1, 1), "RELU6": (1, 1), "HARD_SWISH": (1, 1), "LOGISTIC": (1, 1),
-          "SOFTMAX": (1, 1)}
+          "SOFTMAX": (1, 1), "LOG_SOFTMAX": (1, 1), "ARG_MAX": (2, 2)}
 #: Inputs that may be omitted (tensor index -1): biases, RESHAPE's shape, PADV2's value.
 _OPTIONAL = {"CONV_2D": {2}, "DEPTHWISE_CONV_2D": {2}, "FULLY_CONNECTED": {2},
              "RESHAPE": {1}, "PAD": {2}, "PADV2": {2}}
@@ -1239,11 +1398,39 @@ def _check_resize_nearest(ctx: _OpContext) -> None:
 
 
 def _check_same_shape(ctx: _OpContext) -> None:
-    """Elementwise operators (activations, QUANTIZE, DEQUANTIZE, SOFTMAX)."""
-    x = ctx.tensor(0)
-    if not x.shape and ctx.op.op == "SOFTMAX":
-        raise ctx.fail(f"input '{x.name}' is a scalar; SOFTMAX needs at least one axis")
+    """Elementwise operators (activations, QUANTIZE, DEQUANTIZE)."""
+    _check_shape_is(ctx, ctx.tensor(0).shape)
+
+
+def _check_softmax(ctx: _OpContext) -> None:
+    """SOFTMAX and LOG_SOFTMAX, over the last axis: the input's shape, and a float32 input
+    gives a float32 output (TFLite Micro: float32 -> float32, int8 -> int8 or int16)."""
+    x, out = ctx.tensor(0), ctx.out
+    if not x.shape:
+        raise ctx.fail(f"input '{x.name}' is a scalar; {ctx.op.op} needs at least one axis")
+    if "float32" in (x.dtype, out.dtype) and x.dtype != out.dtype:
+        raise ctx.fail(f"input '{x.name}' is {x.dtype}, output '{out.name}' {out.dtype}; "
+                       f"TFLite's float {ctx.op.op} writes float32")
     _check_shape_is(ctx, x.shape)
+
+
+def _check_arg_max(ctx: _OpContext) -> None:
+    """ARG_MAX: TFLite Micro's types (:data:`ARG_MAX_TYPES`), one constant int32 axis, the
+    input's shape without that axis."""
+    x, out = ctx.tensor(0), ctx.out
+    inputs, outputs = ARG_MAX_TYPES
+    if x.dtype not in inputs:
+        raise ctx.fail(f"input '{x.name}' is {x.dtype}; TFLite Micro's ARG_MAX takes "
+                       f"{' or '.join(inputs)}")
+    if out.dtype not in outputs:
+        raise ctx.fail(f"output '{out.name}' is {out.dtype}; TFLite Micro's ARG_MAX writes "
+                       f"{' or '.join(outputs)} indices")
+    axis = _axis_values(ctx, 1, "axis", len(x.shape))
+    if len(axis) != 1:
+        raise ctx.fail(f"axis '{ctx.tensor(1).name}' has {counted(len(axis), 'value')}; "
+                       "ARG_MAX reduces one axis")
+    axis = axis[0] % len(x.shape)
+    _check_shape_is(ctx, x.shape[:axis] + x.shape[axis + 1:])
 
 
 _CHECKS: dict[str, Callable[[_OpContext], None]] = {
@@ -1253,7 +1440,8 @@ _CHECKS: dict[str, Callable[[_OpContext], None]] = {
     "PAD": _check_pad, "PADV2": _check_pad, "RESHAPE": _check_reshape,
     "TRANSPOSE": _check_transpose, "CONCATENATION": _check_concatenation,
     "STRIDED_SLICE": lambda ctx: None,      # strided_slice_params validates it completely
-    "RESIZE_NEAREST_NEIGHBOR": _check_resize_nearest,
+    "RESIZE_NEAREST_NEIGHBOR": _check_resize_nearest, "SOFTMAX": _check_softmax,
+    "LOG_SOFTMAX": _check_softmax, "ARG_MAX": _check_arg_max,
 }
 
 
@@ -1501,11 +1689,26 @@ def _prep_logistic(ctx: _OpContext) -> Kernel:
 
 def _prep_softmax(ctx: _OpContext) -> Kernel:
     x, out = ctx.tensor(0), ctx.out
+    if x.dtype == "float32":
+        beta = np.float32(ctx.op.options.get("beta", 1.0))
+        return lambda v: softmax_float(v[0], beta)
     ctx.int8(x, out)
     if ctx.scale_zp(out) != (np.float32(1.0 / 256), INT8_MIN):
         raise ctx.unsupported("int8 SOFTMAX needs output scale 1/256 and zero point -128")
     params = softmax_params(ctx.op.options.get("beta", 1.0), ctx.scale_zp(x)[0])
     return lambda v: softmax_int8(v[0], params)
+
+
+def _prep_log_softmax(ctx: _OpContext) -> Kernel:
+    if ctx.tensor(0).dtype != "float32":
+        raise ctx.unsupported(f"tensor '{ctx.tensor(0).name}' is {ctx.tensor(0).dtype}; the "
+                              "reference interpreter implements float32 LOG_SOFTMAX only")
+    return lambda v: log_softmax_float(v[0])
+
+
+def _prep_arg_max(ctx: _OpContext) -> Kernel:
+    axis = int(ctx.const(1, "axis").reshape(-1)[0]) % len(ctx.tensor(0).shape)
+    return lambda v: arg_max(v[0], axis)
 
 
 def _prep_relu(ctx: _OpContext) -> Kernel:
@@ -1549,11 +1752,14 @@ _PREPARE: dict[str, Callable[[_OpContext], Kernel]] = {
     "HARD_SWISH": _prep_hard_swish,
     "LOGISTIC": _prep_logistic,
     "SOFTMAX": _prep_softmax,
+    "LOG_SOFTMAX": _prep_log_softmax,
+    "ARG_MAX": _prep_arg_max,
     "RELU": _prep_relu,
     "RELU6": _prep_relu6,
 }
 
-#: Operators the reference interpreter runs (int8 activations; QUANTIZE/DEQUANTIZE also float).
+#: Operators the reference interpreter runs (int8 activations; QUANTIZE/DEQUANTIZE, SOFTMAX,
+#: LOG_SOFTMAX and ARG_MAX also float32).
 SUPPORTED_OPS = frozenset(_PREPARE)
 
 

@@ -40,7 +40,14 @@ restate and are shared with :class:`tvm_serenity.passes.LowerFakeQuant`:
 * PAD, RESHAPE, TRANSPOSE, CONCATENATION, RESIZE_NEAREST_NEIGHBOR (two ``take`` with the
   reference's source indices), STRIDED_SLICE (one ``take`` per sliced axis with the indices of
   :func:`.reference.strided_slice_params`, then a ``reshape`` dropping shrunk axes): data
-  movement on int8; QUANTIZE from float32 and DEQUANTIZE to float32 at the model's edges.
+  movement on int8; QUANTIZE from float32 and DEQUANTIZE to float32 at the model's edges;
+* after them, float32 SOFTMAX and LOG_SOFTMAX as TFLite's ``reference_ops`` compute them
+  (:func:`softmax_float`): the row maximum as ``std::max`` finds it (NaN skipped, the first of
+  equal values kept), ``exp((x - max) * beta) / sum`` and ``(x - max) - log(sum)`` in float32
+  with TVM's ``exp`` / ``log`` (on ``llvm`` the process's libm: glibc's, as TFLite Micro's
+  Python wrapper calls, bit for bit) and a front-to-back ``sum``; ARG_MAX of int8 or float32
+  (:func:`arg_max`) by ``argmax`` over float64 keys (TVM's ``argmax`` answers -1 for a row
+  of its type's lowest value, so no key reaches it) with TFLite's NaN rule.
 """
 
 from __future__ import annotations
@@ -67,7 +74,8 @@ __all__ = ["from_tflite", "SUPPORTED_OPS", "tensor_var_names", "kernel_function"
            "rounding_divide_by_pot", "multiply_by_quantized_multiplier", "requantize",
            "shift_zero_point", "lookup_table", "conv2d_int8", "fully_connected_int8",
            "fully_connected_requant", "add_int8", "mul_int8", "mean_int8", "average_pool_int8",
-           "max_pool_int8", "softmax_int8", "quantize_float", "relu_table", "table_of"]
+           "max_pool_int8", "softmax_int8", "quantize_float", "relu_table", "table_of",
+           "row_max_float", "softmax_float", "log_softmax_float", "arg_max"]
 
 INT32_MAX = (1 << 31) - 1
 
@@ -341,6 +349,53 @@ def softmax_int8(x: relax.Expr, params: ref.SoftmaxParams) -> relax.Expr:
     return R.astype(out, "int8")
 
 
+#: float32's lowest value (``std::numeric_limits<float>::lowest()``, TFLite's initial maximum).
+_FLOAT32_LOWEST = float(np.finfo(np.float32).min)
+
+
+def _first_max_index(x: relax.Expr, axis: int) -> relax.Expr:
+    """The int64 index (``keepdims``) along ``axis`` of the first value no later value
+    exceeds, comparing as TFLite does (a NaN and -inf below every other value), from float64
+    keys above ``argmax``'s identity: NaN and -inf become ``-2 * FLT_MAX``."""
+    key = R.astype(x, "float64")
+    if x.ty.dtype == "float32":
+        low = R.logical_or(R.isnan(x), R.equal(x, relax.const(-np.inf, "float32")))
+        key = R.where(low, relax.const(2.0 * _FLOAT32_LOWEST, "float64"), key)
+    return R.argmax(key, axis=axis, keepdims=True)
+
+
+def row_max_float(x: relax.Expr) -> relax.Expr:
+    """:func:`.reference.row_max_float` (``keepdims``): the first maximal value of each row,
+    its sign included (``-0`` before ``+0`` stays), ``lowest()`` for a row of NaN and -inf."""
+    first = R.gather_elements(x, _first_max_index(x, -1), axis=-1)
+    low = R.logical_or(R.isnan(first), R.equal(first, relax.const(-np.inf, "float32")))
+    return R.where(low, relax.const(_FLOAT32_LOWEST, "float32"), first)
+
+
+def softmax_float(x: relax.Expr, beta: float) -> relax.Expr:
+    """:func:`.reference.softmax_float`: ``exp((x - max) * beta)``, summed along the last
+    axis, each divided by the sum, in float32."""
+    e = R.exp(R.multiply(R.subtract(x, row_max_float(x)), relax.const(np.float32(beta),
+                                                                        "float32")))
+    return R.divide(e, R.sum(e, axis=-1, keepdims=True))
+
+
+def log_softmax_float(x: relax.Expr) -> relax.Expr:
+    """:func:`.reference.log_softmax_float`: ``(x - max) - log(sum exp(x - max))``."""
+    d = R.subtract(x, row_max_float(x))
+    return R.subtract(d, R.log(R.sum(R.exp(d), axis=-1, keepdims=True)))
+
+
+def arg_max(x: relax.Expr, axis: int, out_dtype: str) -> relax.Expr:
+    """:func:`.reference.arg_max`: the first index of the largest value along ``axis``;
+    over float32 a NaN first value keeps index 0 (nothing is greater than it)."""
+    index = _first_max_index(x, axis)
+    if x.ty.dtype == "float32":
+        first = R.strided_slice(x, axes=[axis], begin=[0], end=[1])
+        index = R.where(R.isnan(first), _i64(0), index)
+    return R.astype(R.squeeze(index, [axis]), out_dtype)
+
+
 def quantize_float(x: relax.Expr, scale: float, zero_point: int, act_min: int = ref.INT8_MIN,
                    act_max: int = ref.INT8_MAX) -> relax.Expr:
     """:func:`.reference.quantize`: ``round_half_away(x / scale)`` in float32, plus zero
@@ -563,6 +618,9 @@ def _lower_table(kernel_of: Callable[[_Op], Callable[[np.ndarray], np.ndarray]])
 
 
 def _lower_softmax(c: _Op):
+    if c.tensor(0).dtype == "float32":
+        beta = c.op.options.get("beta", 1.0)
+        return lambda x: softmax_float(x, beta)
     if c.tensor(0).shape[-1] >= 1 << 12:     # the sum of 2^19-sized terms must fit in int32
         raise ref.ReferenceError(f"{c.model.where(c.op)} over "
                                  f"{counted(c.tensor(0).shape[-1], 'value')} overflows TFLite's "
@@ -602,6 +660,9 @@ _LOWER: dict[str, Lowering] = {
     "LOGISTIC": _lower_table(lambda c: lambda v, p=ref.logistic_params(
         *c.scale_zp(0)): ref.logistic_int8(v, p)),
     "SOFTMAX": _lower_softmax,
+    "LOG_SOFTMAX": lambda c: log_softmax_float,
+    "ARG_MAX": lambda c: lambda x: arg_max(
+        x, int(c.tensor(1).data.reshape(-1)[0]) % len(c.tensor(0).shape), c.out.dtype),
 }
 
 #: Operators whose every input is data (a constant one, e.g. a MUL by a constant, is passed to
@@ -610,7 +671,7 @@ _LOWER: dict[str, Lowering] = {
 _ALL_DATA = frozenset({"ADD", "MUL", "CONCATENATION"})
 
 #: TFLite operators :func:`from_tflite` imports (int8 activations; QUANTIZE from float32 and
-#: DEQUANTIZE to float32 at the edges).
+#: DEQUANTIZE to float32 at the edges, float32 SOFTMAX / LOG_SOFTMAX, ARG_MAX).
 SUPPORTED_OPS = frozenset(_LOWER)
 
 

@@ -22,9 +22,12 @@ refuses is refused here, naming the operator), so the geometry read below is con
 In-place flags (graph IR semantics, docs/rip.md): convolutions, depthwise convolutions, pooling,
 global MEAN (axes 1 and 2) and FULLY_CONNECTED get ``inplace = rip_workspace_bytes(...)`` (the
 Right In-Place workspace; pooling and MEAN as depthwise windows); elementwise operators whose
-first input has the output's exact size (ADD, MUL, RELU, RELU6, HARD_SWISH, LOGISTIC, SOFTMAX,
-int8->int8 QUANTIZE) are ``"alias"``; a float32 <-> int8 QUANTIZE / DEQUANTIZE gets the
-workspace ``max(in, out)`` bytes (the int8 tensor at its start or end); RESHAPE is an ``"alias"`` too, which the memory model
+first input has the output's exact size (ADD, MUL, RELU, RELU6, HARD_SWISH, LOGISTIC, SOFTMAX
+and LOG_SOFTMAX of int8 or float32, int8->int8 QUANTIZE) are ``"alias"``; a float32 <-> int8
+QUANTIZE / DEQUANTIZE gets the workspace ``max(in, out)`` bytes (the int8 tensor at its start
+or end); ARG_MAX is an ``"alias"`` (its smaller int32 output starting where the input starts)
+over float32, or over int8 along the last axis of at least 4 values, as its kernel proves
+(:mod:`tvm_serenity.codegen.ops`); RESHAPE is an ``"alias"`` too, which the memory model
 charges nothing for (``W = bytes``) whenever it is its input's last reader. Everything else is
 plain.
 
@@ -58,7 +61,7 @@ GRAPH_OPS = {"CONV_2D": "conv2d", "DEPTHWISE_CONV_2D": "depthwise_conv2d",
              "STRIDED_SLICE": "strided_slice"}
 
 _ELEMENTWISE = {"ADD", "MUL", "RELU", "RELU6", "RELU_N1_TO_1", "HARD_SWISH", "LOGISTIC",
-                "SOFTMAX", "QUANTIZE", "RESHAPE"}
+                "SOFTMAX", "LOG_SOFTMAX", "QUANTIZE", "RESHAPE"}
 _CONVS = {"CONV_2D", "DEPTHWISE_CONV_2D"}
 
 
@@ -243,6 +246,10 @@ def _simple_inplace(model: TFLiteModel, op: Operator, acts, out) -> str | int | 
         # the narrower one at its start (QUANTIZE) or end (DEQUANTIZE); front-to-back order
         # never overwrites an element before it is read (rip.md, a 1x1 window)
         return max(first.nbytes, out.nbytes)
+    if op.op == "ARG_MAX":
+        axis = int(model.tensors[op.inputs[1]].data.reshape(-1)[0]) % len(first.shape)
+        over_int8 = axis == len(first.shape) - 1 and first.shape[axis] >= 4
+        return "alias" if first.dtype == "float32" or over_int8 else None
     if op.op in _ELEMENTWISE:
         return "alias" if first.nbytes == out.nbytes and (
             op.op not in ("ADD", "MUL") or first.shape == out.shape) else None
