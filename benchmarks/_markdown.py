@@ -43,8 +43,8 @@ def geomean(values) -> float:
 
 
 # Sections in reading order: the peers first, then each mechanism, then the boards.
-SECTION_ORDER = ["peers", "tflm_export", "schedule", "rewrite", "alloc", "tvm", "rip", "deploy",
-                 "mlperf"]
+SECTION_ORDER = ["peers", "tflm_export", "schedule", "rewrite", "alloc", "minimalloc", "tvm",
+                 "rip", "deploy", "mlperf"]
 _SECTION = re.compile(r"<!-- BEGIN (\S+) -->\n.*?\n<!-- END \1 -->", re.S)
 
 

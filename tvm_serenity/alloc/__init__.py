@@ -2,12 +2,16 @@
 
 ``plan_arena(graph, order, planner, alignment, inplace, time_limit)`` computes the order's
 liveness with :func:`tvm_serenity.memory.liveness` (the one memory model), runs a planner from
-:data:`PLANNERS` and verifies the result with :func:`verify_plan` before returning it:
+:data:`PLANNERS` and verifies the result with :func:`verify_plan` before returning it;
+``plan_buffers(buffers, capacity, planner, alignment, time_limit)`` (:mod:`.buffers`) does the
+same for a plain list of (start, end, size) buffers, half-open lifetimes, and says whether the
+arena fits ``capacity``. Both go through :func:`.core.run_planner`:
 
 * ``linear``: TFLite Micro's LinearMemoryPlanner (no reuse);
 * ``greedy``: TFLite Micro's GreedyMemoryPlanner (largest first, first fit);
 * ``bestfit``: TFLite's ArenaPlanner + SimpleMemoryArena (largest first, best fit);
-* ``optimal``: CP-SAT, warm-started from the best of greedy and bestfit, proven gap on timeout.
+* ``optimal``: MiniMalloc's canonical search (:mod:`.canonical`) and CP-SAT, warm-started from
+  the best of greedy and bestfit, proven gap on timeout.
 
 The optimal planner always has a deadline (``time_limit``, default :data:`DEFAULT_TIME_LIMIT`)
 that its warm start, model building and every solver run poll; the heuristics are near linear
@@ -25,6 +29,8 @@ from collections.abc import Iterable
 from ..graph import Graph
 from ..memory import liveness as _liveness
 from ..schedule.stop import Deadline
+from .buffers import Buffer, BufferPlan, buffer_liveness, plan_buffers, read_minimalloc_csv
+from .core import MAX_ALIGNMENT, PLANNERS, check_planner, run_planner
 from .heuristics import plan_bestfit, plan_greedy, plan_linear
 from .optimal import DEFAULT_TIME_LIMIT, plan_optimal
 from .plan import ArenaPlan, Move, PlanError, arena_lower_bound
@@ -32,12 +38,8 @@ from .verify import verify_plan
 
 __all__ = ["ArenaPlan", "Move", "PlanError", "PLANNERS", "plan_arena", "verify_plan",
            "arena_lower_bound", "plan_linear", "plan_greedy", "plan_bestfit", "plan_optimal",
-           "DEFAULT_TIME_LIMIT", "MAX_ALIGNMENT"]
-
-MAX_ALIGNMENT = 1 << 16   # keeps the solver's padded sizes within its 64-bit model (graph.py)
-
-PLANNERS = {"linear": plan_linear, "greedy": plan_greedy, "bestfit": plan_bestfit,
-            "optimal": plan_optimal}
+           "DEFAULT_TIME_LIMIT", "MAX_ALIGNMENT", "Buffer", "BufferPlan", "plan_buffers",
+           "buffer_liveness", "read_minimalloc_csv"]
 
 
 def plan_arena(graph: Graph, order, planner: str = "optimal", alignment: int = 1,
@@ -59,18 +61,9 @@ def plan_arena(graph: Graph, order, planner: str = "optimal", alignment: int = 1
     if isinstance(order, (str, bytes)) or not isinstance(order, Iterable):
         raise PlanError(f"plan_arena: order must be a list of node names, got "
                         f"{type(order).__name__}")
-    if not isinstance(planner, str) or planner not in PLANNERS:
-        raise PlanError(f"unknown arena planner {planner!r} "
-                        f"(choose from {', '.join(PLANNERS)})")
-    if isinstance(alignment, bool) or not isinstance(alignment, int) or not (
-            1 <= alignment <= MAX_ALIGNMENT):
-        raise PlanError(f"alignment must be a positive integer at most {MAX_ALIGNMENT}, "
-                        f"got {alignment!r}")
+    check_planner(planner, alignment)
     if not isinstance(inplace, bool):
         raise PlanError(f"plan_arena: inplace must be True or False, got {inplace!r}")
     deadline = Deadline.of(time_limit, DEFAULT_TIME_LIMIT)
     live = _liveness(graph, list(order), inplace)
-    options = {"time_limit": deadline} if planner == "optimal" else {}
-    plan = PLANNERS[planner](graph, live, alignment, **options)
-    verify_plan(graph, live, plan)
-    return plan
+    return run_planner(graph, live, planner, alignment, deadline)

@@ -87,14 +87,14 @@ def plan_greedy(graph: Graph, liveness: Liveness, alignment: int = 1) -> ArenaPl
     return layout.plan("greedy", time.perf_counter() - t0)
 
 
-def plan_bestfit(graph: Graph, liveness: Liveness, alignment: int = 1,
+def plan_bestfit(graph: Graph | None, liveness: Liveness, alignment: int = 1,
                  deadline: float | None = None) -> ArenaPlan | None:
     """(None if ``deadline``, a ``perf_counter`` value, passes before the plan is done.)"""
     t0 = time.perf_counter()
     layout = _Layout(liveness, alignment)
     lts = liveness.lifetimes
     index = {n: i for i, n in enumerate(lts)}
-    outputs = set(graph.outputs)
+    outputs = set(graph.outputs) if graph is not None else set()
 
     def whole_run(n: str) -> bool:
         return lts[n].start == 0 and n in outputs

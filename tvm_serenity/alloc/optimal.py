@@ -27,6 +27,11 @@ peak for alignment 1); the best heuristic plan (greedy, bestfit) is the upper bo
 solution hint. Phases, all within ``time_limit``:
 
 1. if the heuristic meets the lower bound without right shifts, it is optimal: no solver;
+1b. without in-place steps (buffer lists, the plain memory model): MiniMalloc's canonical
+   search (:mod:`.canonical`) at the lower bound (0.4 of the time; a proof of infeasibility
+   raises the bound by one unit), then, if a ``capacity`` between the bound and the heuristic
+   is given, at the capacity (half of what is left); a placement found replaces the heuristic
+   as the upper bound and the hint;
 2. *at the bound*: ``A`` fixed to the lower bound, minimising the number of right shifts (each
    is a memmove at run time). Finding such a plan is usually much easier than improving the
    heuristic from above; if the heuristic is above the bound this phase gets half the time, and
@@ -53,20 +58,26 @@ from ortools.sat.python import cp_model
 from ..graph import Graph
 from ..memory import Liveness
 from ..schedule.stop import Deadline
+from .canonical import fits_capacity
 from .heuristics import plan_bestfit, plan_greedy
-from .plan import ArenaPlan, Move, PlanError, arena_lower_bound, make_plan, padded, sharings
+from .plan import (ArenaPlan, Move, PlanError, arena_lower_bound, label, make_plan, padded,
+                   sharings)
 
 __all__ = ["plan_optimal", "DEFAULT_TIME_LIMIT"]
 
 DEFAULT_TIME_LIMIT = 5.0
 
 
-def plan_optimal(graph: Graph, liveness: Liveness, alignment: int = 1, *,
+def plan_optimal(graph: Graph | None, liveness: Liveness, alignment: int = 1, *,
                  time_limit: Deadline | float | None = DEFAULT_TIME_LIMIT,
-                 workers: int | None = None, seed: int = 0) -> ArenaPlan:
+                 workers: int | None = None, seed: int = 0, capacity: int | None = None,
+                 widths: dict[str, int] | None = None) -> ArenaPlan:
     """Minimise the arena, then (same arena) the number of right shifts, within
     ``time_limit`` (seconds or a :class:`~tvm_serenity.schedule.stop.Deadline`; None: the
-    default) for the warm start and every solver run together."""
+    default) for the warm start and every solver run together. ``graph`` None: a plain buffer
+    list (:mod:`.buffers`). ``capacity``: an arena worth reaching when the lower bound is not
+    (the canonical search tries it second); ``widths``: the tensors' lifetime lengths in their
+    own time, for the canonical search's preorder (default: steps)."""
     t0 = time.perf_counter()
     deadline = Deadline.of(time_limit, DEFAULT_TIME_LIMIT)
     # The greedy plan always completes: the valid plan to fall back on past the deadline.
@@ -79,23 +90,53 @@ def plan_optimal(graph: Graph, liveness: Liveness, alignment: int = 1, *,
     lower = arena_lower_bound(liveness, alignment)
     layout = (best.offsets, best.inplace, best.moves, best.arena_bytes)
     status = "bound"
-    if best.arena_bytes > lower or best.moves:
-        at_bound = layout if best.arena_bytes == lower else None
+    if best.arena_bytes > lower and not liveness.inplace:
+        targets = [lower] + ([padded(capacity, alignment)] if capacity is not None and
+                             lower < padded(capacity, alignment) < best.arena_bytes else [])
+        for target, share in zip(targets, (0.4, 0.5)):
+            code, found = _canonical(liveness, alignment, target, deadline.share(share),
+                                     widths, search.details)
+            if code == "infeasible":
+                lower = max(lower, target + alignment)
+            layout = found or layout
+            if found:
+                break
+    if layout[3] > lower or best.moves:
+        at_bound = layout if layout[3] == lower else None
         share = None if at_bound else 0.5
         code, found = search.run(lower, lower, at_bound, share, minimize_arena=False)
         if found:
             layout = found
-        elif best.arena_bytes > lower:
+        elif layout[3] > lower:
             if code == cp_model.INFEASIBLE:
                 lower += alignment
-            code, found = search.run(lower, best.arena_bytes, layout, None,
-                                     minimize_arena=True)
+            code, found = search.run(lower, layout[3], layout, None, minimize_arena=True)
             lower = max(lower, search.bound)
             status = "optimal" if code == cp_model.OPTIMAL else "time_limit"
             layout = found or layout
     offsets, inplace, moves, _ = layout
     return make_plan("optimal", liveness, alignment, offsets, inplace, moves,
                      time.perf_counter() - t0, status, lower, **search.details)
+
+
+def _canonical(liveness: Liveness, alignment: int, target: int, deadline: Deadline, widths,
+               details: dict):
+    """MiniMalloc's canonical search (:mod:`.canonical`) for an arena of ``target`` bytes:
+    ``(status, layout or None)``."""
+    names = [n for n, lt in liveness.lifetimes.items() if lt.bytes > 0]
+    lts = liveness.lifetimes
+    status, units, nodes = fits_capacity(
+        [lts[n].start for n in names], [lts[n].end for n in names],
+        [padded(lts[n].bytes, alignment) // alignment for n in names], target // alignment,
+        deadline, None if widths is None else [widths[n] for n in names])
+    details.setdefault("canonical", []).append({"target_bytes": target, "status": status,
+                                                "nodes": nodes})
+    if units is None:
+        return status, None
+    offsets = {n: 0 for n in lts}
+    offsets.update({n: u * alignment for n, u in zip(names, units)})
+    arena = max((offsets[n] + padded(lts[n].bytes, alignment) for n in names), default=0)
+    return status, (offsets, (), (), arena)
 
 
 class _Search:
@@ -140,7 +181,7 @@ class _Search:
         self.details.update(solver="cp-sat", solver_status=solver.status_name(code),
                             solver_seconds=round(seconds, 6))
         if code == cp_model.MODEL_INVALID:
-            raise PlanError(f"graph '{self.graph.name}': CP-SAT rejects the arena model "
+            raise PlanError(f"{label(self.graph)}: CP-SAT rejects the arena model "
                             f"(a bug in tvm_serenity.alloc.optimal)")
         if minimize_arena:
             objective_bound = math.ceil(solver.best_objective_bound - 1e-6)

@@ -39,12 +39,17 @@ from typing import Any
 from ..errors import SerenityError
 from ..memory import InPlaceStep, Liveness
 
-__all__ = ["PlanError", "Move", "ArenaPlan", "Sharing", "padded", "sharings",
+__all__ = ["PlanError", "Move", "ArenaPlan", "Sharing", "label", "padded", "sharings",
            "arena_lower_bound"]
 
 
 class PlanError(SerenityError, ValueError):
     """An arena plan is invalid (or cannot be made); the message names the tensors and step."""
+
+
+def label(graph) -> str:
+    """How messages name what is planned: ``graph 'name'``, or the buffer list (None)."""
+    return "the buffer list" if graph is None else f"graph '{graph.name}'"
 
 
 def padded(nbytes: int, alignment: int) -> int:

@@ -1,6 +1,7 @@
 """The arena plan verifier: every planner's output must pass it.
 
-:func:`verify_plan` checks a plan against the liveness it was made for (module docstring of
+:func:`verify_plan` checks a plan against the liveness it was made for (a graph's, or a
+buffer list's: :mod:`tvm_serenity.alloc.buffers`) (module docstring of
 :mod:`tvm_serenity.alloc.plan` for the rules) and raises :class:`PlanError` naming the culprit:
 
 * every tensor of the liveness has an integer offset, and nothing else has one;
@@ -9,10 +10,10 @@
 * every in-place step the plan claims is declared by the liveness, appears once, and is laid
   out by the rule: input at output offset + gap; a moved one has ``src`` = the input's offset,
   ``dst = src + gap`` and the output at ``src``; every move belongs to a claimed step;
-* at every step, the tensors live at that step are pairwise disjoint in address (zero-byte
-  tensors occupy nothing), except the output of a claimed in-place step and its input (both of
-  the input's places at that step, when it was moved). An in-place pair's region is the union
-  of its tensors' extents, so it is inside the arena when they are.
+* at every step, the tensors (buffers) live at that step are pairwise disjoint in address
+  (zero-byte tensors occupy nothing), except the output of a claimed in-place step and its
+  input (both of the input's places at that step, when it was moved). An in-place pair's
+  region is the union of its tensors' extents, so it is inside the arena when they are.
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ import bisect
 
 from ..graph import Graph
 from ..memory import Liveness
-from .plan import ArenaPlan, PlanError, sharings
+from .plan import ArenaPlan, PlanError, label, sharings
 
 __all__ = ["verify_plan"]
 
 
-def verify_plan(graph: Graph, liveness: Liveness, plan: ArenaPlan) -> None:
-    """Raise :class:`PlanError` unless ``plan`` is a valid arena plan for ``liveness``."""
+def verify_plan(graph: Graph | None, liveness: Liveness, plan: ArenaPlan) -> None:
+    """Raise :class:`PlanError` unless ``plan`` is a valid arena plan for ``liveness``
+    (``graph`` None: a plain buffer list, :func:`tvm_serenity.alloc.buffers.buffer_liveness`)."""
     who = f"plan '{plan.planner}'"
     a = plan.alignment
     if isinstance(a, bool) or not isinstance(a, int) or a < 1:
@@ -42,8 +44,8 @@ def verify_plan(graph: Graph, liveness: Liveness, plan: ArenaPlan) -> None:
                         f"({len(missing)} tensors unplaced)")
     extra = [n for n in plan.offsets if n not in lifetimes]
     if extra:
-        raise PlanError(f"{who}: offset given for '{extra[0]}', which is no tensor of graph "
-                        f"'{graph.name}'")
+        raise PlanError(f"{who}: offset given for '{extra[0]}', which is no tensor of "
+                        f"{label(graph)}")
 
     def check_extent(what: str, offset, nbytes: int) -> None:
         if isinstance(offset, bool) or not isinstance(offset, int):
@@ -95,10 +97,10 @@ def verify_plan(graph: Graph, liveness: Liveness, plan: ArenaPlan) -> None:
             raise PlanError(f"{who}: in-place step {k} ('{s.pair.input}' -> "
                             f"'{s.pair.output}', workspace {s.pair.workspace_bytes} B): "
                             f"output at {o} needs the input at {o + s.gap}, found {x}")
-    _check_overlaps(who, liveness, plan, claimed, moved)
+    _check_overlaps(who, liveness, plan, claimed, moved, graph is None)
 
 
-def _check_overlaps(who, liveness, plan, claimed, moved) -> None:
+def _check_overlaps(who, liveness, plan, claimed, moved, buffers: bool) -> None:
     """Two lifetimes that overlap do so at the later one's first step, so each step checks
     only the extents starting there (and a moved copy) against those live, kept sorted by
     offset: an overlap of ``[lo, hi)`` is among the extents with ``lo - largest < lo' < hi``.
@@ -133,8 +135,9 @@ def _check_overlaps(who, liveness, plan, claimed, moved) -> None:
                         pair is not None and {t, other[2]} == {pair.input, pair.output}):
                     continue
                 (lo1, hi1, _, label1), (lo2, hi2, _, label2) = sorted((extent, other))
-                raise PlanError(f"{who}: tensors {label1} [{lo1}, {hi1}) and {label2} "
-                                f"[{lo2}, {hi2}) overlap at step {k} (node "
-                                f"'{liveness.order[k]}')")
+                when = (f"time {liveness.order[k]}" if buffers else
+                        f"step {k} (node '{liveness.order[k]}')")
+                raise PlanError(f"{who}: {'buffers' if buffers else 'tensors'} {label1} "
+                                f"[{lo1}, {hi1}) and {label2} [{lo2}, {hi2}) overlap at {when}")
             bisect.insort(live, extent)
             ends.setdefault(end, []).append(extent)
