@@ -781,24 +781,35 @@ def _rows_check(name: str, what: str, rows: int, depth: int) -> None:
         raise CodegenError(f"{name}: empty {what} ({rows}x{depth})")
 
 
+def _float_rows_kernel(name: str, comment: str, rows: int, depth: int, locals_: str,
+                       body: str) -> OpKernel:
+    """A kernel over ``rows`` rows of ``depth`` float32 values that starts every row with its
+    maximum (``max``, TFLite's ``std::numeric_limits<float>::lowest()`` start) and then runs
+    ``body`` with ``x``/``y`` pointing at the row's input/output and ``v`` a float."""
+    source = f"""\
+/* {comment} */
+static void {name}(const int8_t *input, int8_t *output) {{
+    for (int32_t r = 0; r < {rows}; ++r) {{
+        const int8_t *x = input + r * {4 * depth};
+        int8_t *y = output + r * {4 * depth};
+        float max = {c_float(np.finfo(np.float32).min)}, sum = 0.0f, v{locals_};
+        for (int32_t i = 0; i < {depth}; ++i) {{
+            memcpy(&v, x + 4 * i, 4);
+            if (max < v) max = v;
+        }}
+{body}    }}
+}}
+"""
+    return OpKernel(name, source)
+
+
 def softmax_float_kernel(name: str, rows: int, depth: int, beta: float) -> OpKernel:
     """TFLite's float SOFTMAX (``reference_ops::Softmax``, :func:`~tvm_serenity.frontend.
     reference.softmax_float`) over ``rows`` rows of ``depth`` float32 values: the row
     maximum, ``exp((x - max) * beta)`` written to the output and summed in order, then each
     divided by the sum. Exact alias is safe (module docstring)."""
     _rows_check(name, "SOFTMAX", rows, depth)
-    source = f"""\
-/* SOFTMAX float32: {rows} row(s) of {depth}, beta {float(np.float32(beta))!r} (TFLite
- * reference_ops::Softmax). */
-static void {name}(const int8_t *input, int8_t *output) {{
-    for (int32_t r = 0; r < {rows}; ++r) {{
-        const int8_t *x = input + r * {4 * depth};
-        int8_t *y = output + r * {4 * depth};
-        float max = {c_float(np.finfo(np.float32).min)}, sum = 0.0f, v;
-        for (int32_t i = 0; i < {depth}; ++i) {{
-            memcpy(&v, x + 4 * i, 4);
-            if (max < v) max = v;
-        }}
+    body = f"""\
         for (int32_t i = 0; i < {depth}; ++i) {{
             memcpy(&v, x + 4 * i, 4);
             v = serenity_expf((v - max) * {c_float(beta)});
@@ -810,10 +821,10 @@ static void {name}(const int8_t *input, int8_t *output) {{
             v = v / sum;
             memcpy(y + 4 * i, &v, 4);
         }}
-    }}
-}}
 """
-    return OpKernel(name, source)
+    return _float_rows_kernel(
+        name, f"SOFTMAX float32: {rows} row(s) of {depth}, beta {float(np.float32(beta))!r} "
+        "(TFLite\n * reference_ops::Softmax).", rows, depth, "", body)
 
 
 def log_softmax_float_kernel(name: str, rows: int, depth: int) -> OpKernel:
@@ -821,17 +832,7 @@ def log_softmax_float_kernel(name: str, rows: int, depth: int) -> OpKernel:
     frontend.reference.log_softmax_float`): per row the maximum, the sum of ``exp(x - max)``
     in order, then ``(x - max) - log(sum)``. Exact alias is safe."""
     _rows_check(name, "LOG_SOFTMAX", rows, depth)
-    source = f"""\
-/* LOG_SOFTMAX float32: {rows} row(s) of {depth} (TFLite reference_ops::LogSoftmax). */
-static void {name}(const int8_t *input, int8_t *output) {{
-    for (int32_t r = 0; r < {rows}; ++r) {{
-        const int8_t *x = input + r * {4 * depth};
-        int8_t *y = output + r * {4 * depth};
-        float max = {c_float(np.finfo(np.float32).min)}, sum = 0.0f, log_sum, v;
-        for (int32_t i = 0; i < {depth}; ++i) {{
-            memcpy(&v, x + 4 * i, 4);
-            if (max < v) max = v;
-        }}
+    body = f"""\
         for (int32_t i = 0; i < {depth}; ++i) {{
             memcpy(&v, x + 4 * i, 4);
             sum += serenity_expf(v - max);
@@ -842,10 +843,10 @@ static void {name}(const int8_t *input, int8_t *output) {{
             v = v - max - log_sum;
             memcpy(y + 4 * i, &v, 4);
         }}
-    }}
-}}
 """
-    return OpKernel(name, source)
+    return _float_rows_kernel(
+        name, f"LOG_SOFTMAX float32: {rows} row(s) of {depth} (TFLite reference_ops::LogSoftmax).",
+        rows, depth, ", log_sum", body)
 
 
 def arg_max_kernel(name: str, outer: int, size: int, inner: int, dtype: str) -> OpKernel:
