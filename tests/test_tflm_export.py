@@ -195,12 +195,23 @@ def _two_subgraphs(obj):
     obj.subgraphs.append(obj.subgraphs[0])
 
 
+def softmax_tflm_aborts_on() -> bytes:
+    """A 1000-wide int8 SOFTMAX with input scale 0.0041 (EfficientNet-B0's head, converted by
+    TFLite): TFLite Micro's SoftmaxEval aborts the process on it."""
+    b = ModelBuilder()
+    x = b.add_tensor((1, 1000), scale=0.00413765, zero_point=5, name="logits")
+    y = b.add_tensor((1, 1000), scale=1 / 256, zero_point=-128, name="probabilities")
+    b.add_operator("SOFTMAX", [x], [y], {"beta": 1.0})
+    return b.build([x], [y])
+
+
 @pytest.mark.parametrize("case, message", [
     ("corrupt", "not a TFLite flatbuffer"),
     ("truncated", "bad.tflite"),
     ("variable", "is a variable tensor"),
     ("subgraphs", "2 subgraphs"),
     ("missing", "does not exist"),
+    ("tflm_crash", "TFLite Micro crashed (signal 6) while running input set 1 of"),
 ])
 def test_refusals_are_one_line_exit_2(tmp_path, case, message):
     bad = tmp_path / "bad.tflite"
@@ -208,7 +219,8 @@ def test_refusals_are_one_line_exit_2(tmp_path, case, message):
     contents = {"corrupt": lambda: b"garbage, not a model",
                 "truncated": lambda: good[: len(good) // 2],
                 "variable": lambda: _edited(good, _variable),
-                "subgraphs": lambda: _edited(good, _two_subgraphs)}
+                "subgraphs": lambda: _edited(good, _two_subgraphs),
+                "tflm_crash": softmax_tflm_aborts_on}
     if case in contents:
         bad.write_bytes(contents[case]())
     out = tmp_path / "out.tflite"
@@ -218,6 +230,8 @@ def test_refusals_are_one_line_exit_2(tmp_path, case, message):
     assert proc.stderr.startswith("tvm-serenity: error: ") and message in proc.stderr
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert not out.exists()
+    if case == "tflm_crash":      # the user learns the crash is TFLM's, on their own file
+        assert "(the original model: this TFLite Micro cannot run it" in proc.stderr
 
 
 def test_existing_output_is_kept_unless_force(tmp_path, capsys):

@@ -369,12 +369,12 @@ def tflm_outputs(models: Sequence[bytes], input_sets, names: Sequence[str] | Non
     log = [line.strip() for line in proc.stderr.decode("utf-8", "replace").splitlines()
            if line.strip()]
     if proc.returncode != 0:
-        raise InterpreterError(f"{TFLM} interpreter exited with status {proc.returncode}: "
-                               f"{' | '.join(log[-3:]) or 'no message'}")
+        raise InterpreterError(_crash_message(proc.returncode, log, names))
     result = pickle.loads(proc.stdout)
     if "failed" in result:                  # TFLM's own log lines say why
         raise InterpreterError(f"TFLite Micro cannot run {names[result['failed']]}: "
-                               + " | ".join([*log[-2:], result["error"]]))
+                               + " | ".join([*[line for line in log if not line.startswith(
+                                   _PROGRESS)][-2:], result["error"]]))
     return result["outputs"]
 
 
@@ -429,18 +429,43 @@ def export_tflm(model: str | os.PathLike | bytes, output: str | os.PathLike | No
                       head_original, inputs, identical, replaced, exported)
 
 
+_PROGRESS = "tvm-serenity-tflm-step"
+
+
+def _crash_message(status: int, log: list[str], names: Sequence[str]) -> str:
+    """What a crashed TFLM child was doing (its last progress line) and what it printed."""
+    how = f"crashed (signal {-status})" if status < 0 else f"exited with status {status}"
+    steps = [line.split()[1:] for line in log if line.startswith(_PROGRESS)]
+    messages = [line for line in log if not line.startswith(_PROGRESS)]
+    quoted = f": {' | '.join(messages[-3:])}" if messages else ""
+    if not steps:
+        return f"TFLite Micro's interpreter {how} before running any model{quoted}"
+    stage, k, j = steps[-1][0], int(steps[-1][1]), int(steps[-1][2])
+    doing = "loading" if stage == "load" else f"running input set {j + 1} of"
+    blame = (" (the original model: this TFLite Micro cannot run it, so no export of it can be "
+             "checked)" if k == 0 and len(names) > 1 else "")
+    return f"TFLite Micro {how} while {doing} {names[k]}{blame}{quoted}"
+
+
 # ---------------------------------------------------------------------- child process side
+def _progress(stage: str, model: int, input_set: int) -> None:
+    sys.stderr.write(f"{_PROGRESS} {stage} {model} {input_set}\n")
+    sys.stderr.flush()
+
+
 def _run_default(models: list[bytes], input_sets) -> dict:
     from tflite_micro import runtime
     out = []
     for k, model in enumerate(models):
         try:
+            _progress("load", k, 0)
             interp = runtime.Interpreter.from_bytes(model, arena_size=RUN_ARENA_BYTES)
             outputs = range(len(parse_tflite(model).outputs))
             runs = []
-            for inputs in input_sets:
+            for j, inputs in enumerate(input_sets):
                 for i, arr in enumerate(inputs):
                     interp.set_input(arr, i)
+                _progress("invoke", k, j)
                 interp.invoke()
                 runs.append([np.array(interp.get_output(i)) for i in outputs])
         except (RuntimeError, ValueError) as e:       # what the wrapper raises on TFLM errors
