@@ -59,7 +59,8 @@ def measure(name: str, path: Path, time_limit: float, inputs: int) -> Row:
     try:
         export = export_tflm(path, None, time_limit=time_limit, inputs=inputs)
     except SerenityError as e:
-        return Row(name, None, str(e).replace(f"{path}: ", ""), time.perf_counter() - t0)
+        reason = str(e).replace(f"{path}: ", "").replace(f"'{path}'", "the model")
+        return Row(name, None, reason, time.perf_counter() - t0)
     reordered = tflm_arena(path, order=export.order).head
     return Row(name, export, seconds=time.perf_counter() - t0, reordered_head=reordered)
 
