@@ -29,13 +29,15 @@ from tvm_serenity import SerenityError
 from tvm_serenity.codegen import (AddRescale, CodegenError, LayerSpec, build_llvm,
                                   c_prototype, emit_c_kernel, kernel_params, make_prim_func,
                                   pack_conv2d_weight)
-from tvm_serenity.codegen.kernels import REQUANTIZE_SYMBOL, requantize_prim_func
+from tvm_serenity.codegen.kernels import (REQUANTIZE_SYMBOL, default_kernel_name,
+                                          requantize_prim_func)
 from tvm_serenity.codegen.ops import strided_slice_kernel
 from tvm_serenity.codegen.plain_c import requantize_c_function
 from tvm_serenity.deploy import compile_tflite, run
 from tvm_serenity.frontend import reference as ref
 from tvm_serenity.micro.runners import find_rp2040js
-from tvm_serenity.rip import ConvGeometry, CorruptionSimulator, rip_workspace_bytes
+from tvm_serenity.rip import (ChannelSimulator, ConvGeometry, CorruptionSimulator,
+                              choose_inplace, rip_workspace_bytes)
 
 
 # ------------------------------------------------------------------ cases and references
@@ -251,7 +253,9 @@ def test_named_geometries_llvm(name):
 
 
 def random_spec(rng: random.Random) -> LayerSpec:
-    """A random conv2d / depthwise / pointwise / pooling layer, 'same' or explicit padding."""
+    """A random conv2d / depthwise / pointwise / pooling layer, 'same' or explicit padding;
+    half the depthwise layers at :func:`choose_inplace`'s workspace (channel-wise in place
+    where RiP would need a gap)."""
     while True:
         op = rng.choice(("conv2d", "conv2d", "depthwise_conv2d", "depthwise_conv2d",
                          "pointwise", "max_pool2d", "avg_pool2d"))
@@ -275,8 +279,14 @@ def random_spec(rng: random.Random) -> LayerSpec:
                 return make((h, w, cin), kernel, stride, padding, act_min=low,
                             act_max=rng.randint(low, 127))
             if op == "depthwise_conv2d":
-                return LayerSpec.depthwise_conv2d((h, w, cin), kernel, stride, dilation,
+                spec = LayerSpec.depthwise_conv2d((h, w, cin), kernel, stride, dilation,
                                                   padding, **quant)
+                if rng.random() < 0.5:  # the workspace graph builders record (channel-wise)
+                    workspace = choose_inplace(op, spec.geometry).workspace_bytes
+                    spec = LayerSpec.depthwise_conv2d((h, w, cin), kernel, stride, dilation,
+                                                      padding, workspace_bytes=workspace,
+                                                      **quant)
+                return spec
             return LayerSpec.conv2d((h, w, cin), rng.randint(1, 12), kernel, stride, dilation,
                                     padding, **quant)
         except CodegenError:     # the window does not fit the padded input: draw again
@@ -1018,3 +1028,66 @@ int main(void) {{
                          check=True).stdout
     assert np.array_equal(np.frombuffer(raw[:x.size], np.int8), ref.quantize(x, scale, zp))
     assert raw[x.size:] == ref.dequantize(q, 0.1, 3).tobytes()
+
+
+# ------------------------------------------------------------------ channel-wise in place
+def _channel_inplace_specs() -> list[LayerSpec]:
+    """Depthwise layers at the workspace :func:`choose_inplace` gives them (the channel kind:
+    below RiP's ``S*``), plus one with a gap of one channel (``S - N_in = C``, garbage there)
+    and one whose output outgrows its input (the input right-aligned behind a gap)."""
+    shapes = [((9, 9, 8), 3, 1, (1, 1, 1, 1), {}),
+              ((11, 10, 6), 5, 1, (2, 2, 2, 2), dict(input_zero_point=-20)),
+              ((12, 11, 5), 7, 2, (2, 3, 2, 3), dict(output_zero_point=9)),     # MCUNet b1/dw
+              ((9, 9, 4), 3, (1, 2), (1, 1, 1, 1), dict(input_zero_point=127)),
+              ((10, 9, 3), 3, 1, (2, 2, 2, 2), dict(dilation=2, input_zero_point=-128)),
+              ((1, 2, 2), 5, 1, (3, 3, 3, 3), dict(input_zero_point=7))]       # N_out > N_in
+    specs = []
+    for hwc, k, s, pad, quant in shapes:
+        g = LayerSpec.depthwise_conv2d(hwc, k, s, padding=pad, **quant).geometry
+        choice = choose_inplace("depthwise_conv2d", g)
+        assert choice.kind == "channel" and choice.workspace_bytes < choice.rip.workspace_bytes
+        specs.append(LayerSpec.depthwise_conv2d(hwc, k, s, padding=pad,
+                                                workspace_bytes=choice.workspace_bytes, **quant))
+    g = specs[0].geometry
+    specs.append(LayerSpec.depthwise_conv2d(g.in_hwc, 3, padding=(1, 1, 1, 1),
+                                            workspace_bytes=g.input_elements + g.in_channels))
+    return specs
+
+
+@needs_host_cc
+def test_channel_inplace_depthwise_bit_exact(tmp_path):
+    """The channel-wise in-place depthwise kernel at the zero-gap workspace: the channel
+    simulator replays it with no clobbered read, one more byte of gap (not a multiple of C)
+    corrupts, and the kernel is bit-exact with the numpy reference on llvm and in C, both
+    layouts, with garbage in the scratch (and in the gap where there is one)."""
+    specs = _channel_inplace_specs()
+    for spec in specs:
+        g = spec.geometry
+        assert spec.inplace_kind == "channel", spec
+        assert spec.scratch_elements == (g.kernel[0] * (g.kernel[1] + spec.padded_width)
+                                         + -(-spec.channel_buffer_bytes // 4))
+        simulator = ChannelSimulator(g)
+        assert simulator.run(spec.rip_workspace_bytes).ok, spec
+        assert not simulator.run(spec.rip_workspace_bytes + 1).ok, spec
+        # RiP's pixel order in the same workspace corrupts: the kind is what makes it safe
+        assert not CorruptionSimulator(g).run(spec.rip_workspace_bytes).ok, spec
+    assert specs[-2].rip_input_offset > 0 and specs[-1].rip_input_offset == 8
+    cases = [make_case(spec, seed=60 + i) for i, spec in enumerate(specs)]
+    check_cases(cases)
+    check_c_cases(cases, tmp_path)
+
+
+def test_channel_inplace_kind_is_chosen_by_the_workspace():
+    """RiP's row kernel wherever the workspace allows it; the channel kernel below ``S*``;
+    a workspace neither kind is safe in is refused, naming both minimums."""
+    g = LayerSpec.depthwise_conv2d((9, 9, 8), 3, padding=(1, 1, 1, 1)).geometry
+    s_star = LayerSpec("depthwise_conv2d", g).rip.workspace_bytes
+    assert LayerSpec("depthwise_conv2d", g, workspace_bytes=s_star).inplace_kind == "rip"
+    assert LayerSpec("depthwise_conv2d", g, workspace_bytes=648).inplace_kind == "channel"
+    assert "_channelwise_" in default_kernel_name(
+        LayerSpec("depthwise_conv2d", g, workspace_bytes=648), "rip")
+    with pytest.raises(CodegenError, match=r"S\* = 728 nor a channel-wise one \(S >= 648"):
+        LayerSpec("depthwise_conv2d", g, workspace_bytes=649)
+    pool = LayerSpec.max_pool2d((9, 9, 8), 3, 1, (1, 1, 1, 1)).geometry
+    with pytest.raises(CodegenError, match=r"below the corruption-free RiP minimum"):
+        LayerSpec("max_pool2d", pool, workspace_bytes=648)

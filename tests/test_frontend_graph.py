@@ -17,7 +17,7 @@ from tvm_serenity.frontend.tflite_model import (UnsupportedOperatorError, load_t
 from tvm_serenity.frontend.to_graph import foldable_pads, tflite_to_graph
 from tvm_serenity.graph import Graph
 from tvm_serenity.memory import simulate
-from tvm_serenity.rip import rip_workspace_bytes
+from tvm_serenity.rip import inplace_workspace_bytes, rip_workspace_bytes
 
 KB = 1024
 
@@ -59,8 +59,11 @@ def test_vww_graph_structure():
     assert conv.inplace == rip_workspace_bytes((82, 82, 3), 16, (3, 3), (2, 2))
     dw = g["depthwise_conv2d_3"]
     assert dw.attrs["groups"] == 16 and dw.attrs["padding"] == [1, 1, 1, 1]
-    assert dw.inplace == rip_workspace_bytes((40, 40, 16), 16, (3, 3), padding=(1, 1, 1, 1),
-                                             groups=16)
+    # depthwise: the channel-wise in-place kind, no gap (RiP would need one)
+    assert dw.inplace == inplace_workspace_bytes("depthwise_conv2d", (40, 40, 16), 16, (3, 3),
+                                                 padding=(1, 1, 1, 1), groups=16) == 25_600
+    assert rip_workspace_bytes((40, 40, 16), 16, (3, 3), padding=(1, 1, 1, 1),
+                               groups=16) > 25_600
     assert g.outputs == ("dequantize_62",) and g["dequantize_62"].dtype == "float32"
     assert g["fully_connected_61"].attrs["units"] == 2
     assert g["mean_59"].attrs == {**g["mean_59"].attrs, "axis": [3], "keep_dims": False}
@@ -227,4 +230,6 @@ def test_measured_mcu_figures():
     # folded, the float input + its QUANTIZE dominate (76,800 + 19,200) unless the QUANTIZE
     # runs in place over the float input (RiP model): then the float input alone.
     assert figures["vww"] == (161_472, 96_000, 76_800)
-    assert figures["mcunet"] == (397_920, 340_736, 196_656)
+    # mcunet: with in place, b1/expand's 88x88x24 output alone (its depthwise runs
+    # channel-wise in place, no gap)
+    assert figures["mcunet"] == (397_920, 340_736, 88 * 88 * 24)

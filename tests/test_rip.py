@@ -18,7 +18,11 @@ from tvm_serenity.rip import (TABLE2_ROWS, ConvGeometry, CorruptionSimulator, Ri
                               herringbone_order, herringbone_phases, min_safe_workspace_by_search,
                               rip_workspace, rip_workspace_bytes, rip_workspace_for_geometry,
                               simulate_rip, table2_geometry)
-from tvm_serenity.rip.sweep import FAMILIES, check_layer, main, random_layers
+from tvm_serenity.rip import (ChannelSimulator, channel_buffer_bytes, channel_safe,
+                              channel_workspace_bytes, choose_inplace, inplace_kind,
+                              inplace_workspace_bytes)
+from tvm_serenity.rip.sweep import (FAMILIES, check_channel_kind, check_layer, main,
+                                    random_layers)
 
 VGG_CONV1_2 = dict(in_hwc=(224, 224, 64), out_channels=64, kernel=(3, 3), padding=(1, 1, 1, 1))
 
@@ -328,3 +332,64 @@ def test_sweep_tool_passes(capsys):
     assert main(["--layers", "150", "--seed", "4", "--herringbone", "10"]) == 0
     output = capsys.readouterr().out
     assert "150 layers" in output and "0 failed checks" in output
+
+
+# --- the channel-wise in-place kind (depthwise) ----------------------------------------------
+
+def test_channel_kind_on_mcunet_320kb_b1_dw():
+    """b1/dw of MCUNet-320kb (88x88x24, 7x7, stride 2, TF-same): RiP needs a gap of
+    1,080 B, the channel-wise kind none (its 93x93 channel buffer is scratch)."""
+    geometry = ConvGeometry((88, 88, 24), 24, 7, 2, padding=(2, 3, 2, 3), groups=24)
+    choice = choose_inplace("depthwise_conv2d", geometry)
+    assert (choice.kind, choice.workspace_bytes, choice.rip.workspace_bytes,
+            choice.channel_buffer_bytes) == ("channel", 88 * 88 * 24, 186_936, 93 * 93)
+    assert inplace_workspace_bytes("depthwise_conv2d", (88, 88, 24), 24, 7, 2,
+                                   padding=(2, 3, 2, 3), groups=24) == 185_856
+    simulator = ChannelSimulator(geometry)
+    assert simulator.run(185_856).ok
+    corruption = simulator.run(185_857).corruption
+    # one byte of gap: input element 23 (pixel 0, channel 23) sits at cell 24, where
+    # channel 0 already wrote output pixel 1
+    assert corruption.step == 23 and corruption.input_index == 23
+    assert corruption.found.startswith("output element")
+    assert not CorruptionSimulator(geometry).run(185_856).ok    # RiP's order would corrupt
+
+
+def test_channel_kind_only_for_depthwise_convolutions():
+    depthwise = ConvGeometry((9, 9, 8), 8, 3, padding=(1, 1, 1, 1), groups=8)
+    assert choose_inplace("depthwise_conv2d", depthwise).kind == "channel"
+    for op in ("max_pool2d", "avg_pool2d", "conv2d"):      # no channel-wise kernel for them
+        assert choose_inplace(op, depthwise).kind == "rip"
+    grouped = ConvGeometry((9, 9, 8), 8, 3, padding=(1, 1, 1, 1), groups=4)
+    assert choose_inplace("depthwise_conv2d", grouped).kind == "rip"
+    with pytest.raises(RipArgumentError, match="depthwise"):
+        channel_workspace_bytes(grouped)
+    with pytest.raises(RipArgumentError, match="depthwise"):
+        ChannelSimulator(grouped)
+    no_gap = ConvGeometry((9, 9, 8), 8, 1, groups=8)        # 1x1: RiP is already gap-free
+    assert choose_inplace("depthwise_conv2d", no_gap).kind == "rip"
+
+
+def test_inplace_kind_of_a_workspace():
+    geometry = ConvGeometry((9, 9, 8), 8, 3, padding=(1, 1, 1, 1), groups=8)
+    s_star = rip_workspace_bytes((9, 9, 8), 8, 3, padding=(1, 1, 1, 1), groups=8)
+    assert inplace_kind("depthwise_conv2d", geometry, s_star) == "rip"
+    assert inplace_kind("depthwise_conv2d", geometry, 648) == "channel"
+    assert inplace_kind("depthwise_conv2d", geometry, 656) == "channel"   # gap of one channel
+    assert not channel_safe(geometry, 650)
+    with pytest.raises(RipArgumentError, match="nor a channel-wise one"):
+        inplace_kind("depthwise_conv2d", geometry, 650)
+    with pytest.raises(RipArgumentError, match="below the corruption-free RiP minimum"):
+        inplace_kind("max_pool2d", geometry, 648)
+    assert channel_buffer_bytes(geometry, 2) == 2 * 11 * 11
+
+
+def test_channel_simulator_matches_the_rule_on_random_depthwise_layers():
+    """Every admitted workspace passes the simulator, one byte of misalignment corrupts, and
+    the minimum the simulator finds is ``S_channel``."""
+    layers = [g for family, g in random_layers(600, 21) if family == "depthwise"]
+    assert len(layers) > 20
+    for geometry in layers:
+        assert check_channel_kind(geometry, 2) == [], geometry
+        safe = ChannelSimulator(geometry).safe_workspaces(channel_workspace_bytes(geometry) + 3)
+        assert safe[0] == channel_workspace_bytes(geometry)

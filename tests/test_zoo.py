@@ -13,7 +13,7 @@ import pytest
 
 from tvm_serenity import zoo
 from tvm_serenity.graph import Graph, GraphError
-from tvm_serenity.rip import rip_workspace_bytes
+from tvm_serenity.rip import inplace_workspace_bytes
 from tvm_serenity.schedule import schedule
 from tvm_serenity.zoo import mcunet, randwire
 
@@ -49,10 +49,11 @@ def test_inplace_marks_are_rip_workspaces_and_aliases(name):
             _, h, w, c = graph.nodes[node.inputs[0]].shape
             out_c = node.shape[3]
             groups = node.attrs.get("groups", c)        # pooling: one window per channel
-            expected = rip_workspace_bytes((h, w, c), out_c, tuple(node.attrs["kernel"]),
-                                           tuple(node.attrs["stride"]),
-                                           tuple(node.attrs.get("dilation", (1, 1))),
-                                           tuple(node.attrs["padding"]), groups, 1)
+            expected = inplace_workspace_bytes(node.op, (h, w, c), out_c,
+                                               tuple(node.attrs["kernel"]),
+                                               tuple(node.attrs["stride"]),
+                                               tuple(node.attrs.get("dilation", (1, 1))),
+                                               tuple(node.attrs["padding"]), groups, 1)
             assert node.inplace == expected, node.name
         elif node.op in ("add", "relu", "relu6", "mul"):
             assert node.inplace == "alias", node.name

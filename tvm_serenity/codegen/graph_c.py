@@ -38,7 +38,10 @@ Placement per step, from the plan (:mod:`tvm_serenity.alloc.plan` defines the ru
 * an **in-place step** of the plan (``plan.inplace``) runs its RiP-layout kernel on the
   workspace ``ws = arena + o`` (``o`` = the output's offset), where the input already sits at
   ``o + S - N_in``; for an exact alias (ADD, int8 QUANTIZE, RESHAPE) the input is at ``o``. A
-  RESHAPE in place is no code at all.
+  RESHAPE in place is no code at all. The workspace ``S`` (the node's ``inplace``) also picks
+  the kernel's traversal (:func:`tvm_serenity.rip.inplace_kind`): a DEPTHWISE_CONV_2D whose
+  ``S`` is below RiP's ``S*`` runs the channel-wise in-place kernel (one channel at a time
+  through an int8 channel buffer in ``scratch32``).
 * a **physical right shift** (``plan.moves``) is a ``memmove`` of the input to ``o + S - N_in``
   just before its step;
 * every other step runs the dual-buffer kernel on the two offsets (a RESHAPE is a ``memcpy``).

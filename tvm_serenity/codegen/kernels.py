@@ -51,6 +51,19 @@ the same order), and padding is materialized (depthwise and average pooling pad 
 checks.  Gathering a channel's rows costs ``KH*W_in`` loads per ``W_out*KH*KW``
 multiply-accumulates.
 
+**depthwise_conv2d, channel-wise in place** (``spec.inplace_kind == "channel"``, docs in
+:mod:`tvm_serenity.rip.workspace`): the same row gather and window loops, channel-major::
+
+    plane border = zp_in                                  (int8, once per call)
+    for each channel c:
+        wts = weight[:, :, c];  plane interior = input[:, :, c]     (int8, the whole channel)
+        for oh: rows[col*KH + kh] = plane[oh*s_h + kh*d_h, col] - zp_in    (a padded row of
+                the plane: no bounds checks at all), then fold the windows as above
+                -> output[oh, ow, c]              (straight into the workspace: no row buffer)
+
+Every write of channel ``c`` lands on an input element of channel ``c``, which is already in
+the plane.  Against the row order the extra work is one copy of the input into the plane.
+
 Requantization is TFLite's ``MultiplyByQuantizedMultiplier`` with double rounding
 (:func:`requantize`), 32-bit only: its 64-bit product is assembled from 16-bit halves.  The
 same expression is emitted inline in every kernel and, through :func:`requantize_prim_func`,
@@ -313,8 +326,8 @@ def _view(data, name: str, dtype: str, elements: int, offset: int):
 
 
 def _emit_channelwise_kernel(spec: LayerSpec, x, y, buffers: dict):
-    """depthwise_conv2d / max_pool2d / avg_pool2d over flat ``x`` and ``y``, one output row
-    at a time (module docstring)."""
+    """depthwise_conv2d / max_pool2d / avg_pool2d over flat ``x`` and ``y``: one output row at
+    a time, or, channel-wise in place, one channel at a time (module docstring)."""
     g = spec.geometry
     op = spec.op
     in_h, in_w, ch = g.in_hwc
@@ -324,6 +337,7 @@ def _emit_channelwise_kernel(spec: LayerSpec, x, y, buffers: dict):
     pad_top, pad_left = g.padding[0], g.padding[2]
     cols = spec.padded_width
     depthwise = op == "depthwise_conv2d"
+    channel_first = spec.inplace_kind == "channel"
     offset = -spec.input_zero_point if depthwise else 0
     pad = -128 if op == "max_pool2d" else 0
     scratch = buffers["scratch"]
@@ -331,25 +345,59 @@ def _emit_channelwise_kernel(spec: LayerSpec, x, y, buffers: dict):
     weights_len = kh_n * kw_n if depthwise else 0
     rows = _view(scratch.data, "rows", "int32", rows_len, 0)
     wts = _view(scratch.data, "wts", "int32", weights_len, rows_len) if depthwise else None
-    rowbuf = _view(scratch.data, "rowbuf", "int8", out_w * ch, 4 * (rows_len + weights_len))
+    tail = 4 * (rows_len + weights_len)
+    if channel_first:       # the padded input plane of one channel, its border zp_in
+        plane = _view(scratch.data, "plane", "int8", spec.channel_buffer_bytes, tail)
+        border = _cast("int8", spec.input_zero_point)
+        top_rows = pad_top * cols
+        if top_rows:
+            with _loop("p", top_rows) as p:
+                _store(plane, p, border)
+        bottom = (pad_top + in_h) * cols
+        if spec.channel_buffer_bytes > bottom:
+            with _loop("p", spec.channel_buffer_bytes, bottom) as p:
+                _store(plane, p, border)
+        if cols > in_w:
+            with _loop("ih", in_h) as ih:
+                row = _let("row", (pad_top + ih) * cols)
+                for p in list(range(pad_left)) + list(range(pad_left + in_w, cols)):
+                    _store(plane, row + p, border)
+    else:
+        rowbuf = _view(scratch.data, "rowbuf", "int8", out_w * ch, tail)
 
     def fill_columns(start, stop):
         if stop > start:
             with _loop("p", stop * kh_n, start * kh_n) as p:
                 _store(rows, p, pad)
 
-    fill_columns(0, pad_left)                       # padding columns: once per call
-    fill_columns(pad_left + in_w, cols)
+    if not channel_first:
+        fill_columns(0, pad_left)                   # padding columns: once per call
+        fill_columns(pad_left + in_w, cols)
+
+    def load_weights(c):
+        weight = buffers["weight"]
+        with _loop("kw", kw_n) as kw:
+            for kh in range(kh_n):
+                _store(wts, kw * kh_n + kh, _cast("int32", weight[(kh * kw_n + kw) * ch + c]))
+
+    def load_plane(c):
+        """plane interior = input channel ``c`` (int8)."""
+        with _loop("ih", in_h) as ih:
+            src = _let("src", ih * in_w * ch + c)
+            dst = _let("dst", (pad_top + ih) * cols + pad_left)
+            _unrolled("iw", in_w, COPY_UNROLL, lambda iw: _store(plane, dst + iw,
+                                                                 x[src + iw * ch]))
 
     def gather_channel(oh, c):
-        if depthwise:
-            weight = buffers["weight"]
-            with _loop("kw", kw_n) as kw:
-                for kh in range(kh_n):
-                    _store(wts, kw * kh_n + kh,
-                           _cast("int32", weight[(kh * kw_n + kw) * ch + c]))
+        if depthwise and not channel_first:
+            load_weights(c)
         with _loop("kh", kh_n) as kh:
             ih = _let("ih", oh * sh - pad_top + kh * dh)
+            if channel_first:                       # a whole padded row of the plane
+                src = _let("src", (ih + pad_top) * cols)
+                _unrolled("w", cols, COPY_UNROLL, lambda w: _store(
+                    rows, kh + w * kh_n, _cast("int32", plane[src + w]) + offset))
+                return
             dst = pad_left * kh_n + kh
 
             def copy():
@@ -415,23 +463,39 @@ def _emit_channelwise_kernel(spec: LayerSpec, x, y, buffers: dict):
                 value = tirx.truncdiv(tirx.Select(s > 0, s + (n >> 1), s - (n >> 1)), n)
             else:
                 value = s
-            _store_clamped(rowbuf, (ow + i) * ch + c, value, spec.act_min, spec.act_max)
+            if channel_first:                           # straight into the output
+                _store_clamped(y, (oh * out_w + ow + i) * ch + c, value, spec.act_min,
+                               spec.act_max)
+            else:
+                _store_clamped(rowbuf, (ow + i) * ch + c, value, spec.act_min, spec.act_max)
 
+    def channel_quant(c):
+        if depthwise:
+            return {"init": _let("b", buffers["bias"][c]),
+                    "multiplier": _let("m", buffers["multiplier"][c]),
+                    "shift": _let("s", buffers["shift"][c])}
+        return {"init": -128 if op == "max_pool2d" else 0}
+
+    def output_row(oh, c, quant):
+        gather_channel(oh, c)
+        groups, rest = divmod(out_w, ROW_BLOCK)
+        if groups:
+            with _loop("group", groups) as group:
+                outputs(oh, c, group * ROW_BLOCK, ROW_BLOCK, quant)
+        if rest:
+            outputs(oh, c, out_w - rest, rest, quant)
+
+    if channel_first:
+        with _loop("c", ch) as c:
+            load_weights(c)
+            load_plane(c)
+            quant = channel_quant(c)
+            with _loop("oh", g.out_height) as oh:
+                output_row(oh, c, quant)
+        return
     with _loop("oh", g.out_height) as oh:
         with _loop("c", ch) as c:
-            gather_channel(oh, c)
-            if depthwise:
-                quant = {"init": _let("b", buffers["bias"][c]),
-                         "multiplier": _let("m", buffers["multiplier"][c]),
-                         "shift": _let("s", buffers["shift"][c])}
-            else:
-                quant = {"init": -128 if op == "max_pool2d" else 0}
-            groups, rest = divmod(out_w, ROW_BLOCK)
-            if groups:
-                with _loop("group", groups) as group:
-                    outputs(oh, c, group * ROW_BLOCK, ROW_BLOCK, quant)
-            if rest:
-                outputs(oh, c, out_w - rest, rest, quant)
+            output_row(oh, c, channel_quant(c))
         if spec.output_slice is None:
             _copy_row(y, oh * out_w * ch, rowbuf, out_w * ch)
         else:                               # this slice's channels of a wider output row
@@ -491,7 +555,8 @@ def default_kernel_name(spec: LayerSpec, layout: str) -> str:
     g = spec.geometry
     h, w, c = g.in_hwc
     variant = (f"_into{spec.output_slice[0]}of{spec.output_slice[1]}" if spec.output_slice
-               else f"_{spec.partial}" if spec.partial else "")
+               else f"_{spec.partial}" if spec.partial
+               else "_channelwise" if spec.inplace_kind == "channel" else "")
     return (f"{spec.op}_{g.kernel[0]}x{g.kernel[1]}s{g.stride[0]}x{g.stride[1]}"
             f"_{h}x{w}x{c}_to_{g.out_channels}{variant}_{layout}")
 

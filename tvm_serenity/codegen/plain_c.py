@@ -104,6 +104,9 @@ def _abi_comment(spec: LayerSpec, layout: str) -> str:
         lines.append(f"Dual buffer: input[{spec.input_bytes}], output[{spec.output_bytes}].")
     sizes = ", ".join(f"{p.name}[{p.elements}]" for p in kernel_params(spec, layout)
                       if p.name not in ("ws", "input", "output"))
+    if spec.inplace_kind == "channel":
+        lines.append(f"Channel-wise in place: one channel at a time through an int8 channel "
+                     f"buffer of {spec.channel_buffer_bytes} B in scratch.")
     if sizes:
         lines.append(f"Element counts: {sizes}.")
     if spec.op in ("conv2d", "depthwise_conv2d"):

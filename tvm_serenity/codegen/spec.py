@@ -70,6 +70,16 @@ Kernel structure and RiP safety (the loops are in :mod:`.kernels`):
   addresses ``>= G + Lmin(q_b+1) >= (q_b+1)*C``.  Compared with the per-pixel order the reads
   move earlier and the writes do not move, so no new conflict can arise;
   ``rip.CorruptionSimulator(geometry, block_pixels=W_out)`` replays this order cell by cell.
+* **depthwise_conv2d, channel-wise in place** (``inplace_kind == "channel"``: a workspace
+  below RiP's ``S*``, e.g. the zero-gap ``S = max(N_in, N_out)`` that
+  :func:`~tvm_serenity.rip.choose_inplace` gives every depthwise layer with a RiP gap): one
+  channel at a time, the whole input plane of channel ``c`` is copied into an int8 channel
+  buffer in ``scratch`` (its padding border holds the input zero point), then output channel
+  ``c`` of every pixel is computed row by row with the gather and window loops above and
+  written straight to the output.  Output element ``(j, c)`` only
+  overwrites an input element of channel ``c`` (docs: :mod:`tvm_serenity.rip.workspace`), so
+  it is safe at every ``S >= max(N_in, N_out)`` with ``S - N_in`` a multiple of ``C``;
+  ``rip.ChannelSimulator`` replays it cell by cell.  The same loops run in the dual layout.
 * **add** reads element ``i`` of both inputs before writing element ``i`` (``S = N``).
 """
 
@@ -81,7 +91,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import SerenityError
-from ..rip import ConvGeometry, RipArgumentError, RipWorkspace, rip_workspace_for_geometry
+from ..rip import (ConvGeometry, RipArgumentError, RipWorkspace, channel_buffer_bytes,
+                   inplace_kind, rip_workspace_for_geometry)
 
 OPS = ("conv2d", "depthwise_conv2d", "max_pool2d", "avg_pool2d", "add")
 PARTIAL_MODES = ("assign", "accumulate")
@@ -182,6 +193,7 @@ class LayerSpec:
     partial: str | None = None              # conv2d only: "assign" / "accumulate" int32 sums
     output_slice: tuple[int, int] | None = None   # depthwise only: (first channel, channels)
     rip: RipWorkspace = field(init=False, repr=False, compare=False)
+    inplace_kind: str = field(init=False, repr=False, compare=False)   # "rip" or "channel"
 
     def __post_init__(self):
         g = self.geometry
@@ -227,12 +239,15 @@ class LayerSpec:
                                f"{self.partial!r} on {self.op}")
         rip = rip_workspace_for_geometry(g)
         object.__setattr__(self, "rip", rip)
+        kind = "rip"
         if self.workspace_bytes is not None:
             object.__setattr__(self, "workspace_bytes",
                                _as_int("workspace_bytes", self.workspace_bytes))
-            if self.workspace_bytes < rip.workspace_bytes:
-                raise CodegenError(f"workspace_bytes {self.workspace_bytes!r} is below the "
-                                   f"corruption-free minimum S* = {rip.workspace_bytes}")
+            try:
+                kind = inplace_kind(self.op, g, self.workspace_bytes)
+            except RipArgumentError as error:
+                raise CodegenError(str(error)) from None
+        object.__setattr__(self, "inplace_kind", kind)
 
     def _has_empty_window(self) -> bool:
         g = self.geometry
@@ -358,7 +373,8 @@ class LayerSpec:
         conv2d: the gathered window and ``4*ceil(C_out/4)`` accumulators; channel-wise ops:
         ``KH`` gathered input rows of one channel (``padded_width`` columns each), the
         channel's ``KH*KW`` weights (depthwise only) and the int8 output row
-        (``W_out*C`` bytes); ADD: none."""
+        (``W_out*C`` bytes), which the channel-wise in-place depthwise replaces by its int8
+        channel buffer (:attr:`channel_buffer_bytes`); ADD: none."""
         g = self.geometry
         if self.op == "add":
             return 0
@@ -366,7 +382,14 @@ class LayerSpec:
             return self.window_elements + PACK * self.channel_blocks
         rows = self.padded_width * g.kernel[0]
         weights = g.kernel[0] * g.kernel[1] if self.op == "depthwise_conv2d" else 0
+        if self.inplace_kind == "channel":
+            return rows + weights + -(-self.channel_buffer_bytes // 4)
         return rows + weights + -(-g.out_width * g.out_channels // 4)
+
+    @property
+    def channel_buffer_bytes(self) -> int:
+        """The int8 padded input plane of the channel-wise in-place depthwise kernel."""
+        return channel_buffer_bytes(self.geometry)
 
     @property
     def scratch_bytes(self) -> int:

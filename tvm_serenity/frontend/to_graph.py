@@ -20,10 +20,11 @@ The model is first checked by :func:`.reference.validate` (what TFLite Micro's `
 refuses is refused here, naming the operator), so the geometry read below is consistent.
 
 In-place flags (graph IR semantics, docs/rip.md): convolutions, depthwise convolutions, pooling,
-global MEAN (axes 1 and 2) and FULLY_CONNECTED get ``inplace = rip_workspace_bytes(...)`` (the
-Right In-Place workspace; pooling and MEAN as depthwise windows); elementwise operators whose
-first input has the output's exact size (ADD, MUL, RELU, RELU6, HARD_SWISH, LOGISTIC, SOFTMAX
-and LOG_SOFTMAX of int8 or float32, int8->int8 QUANTIZE) are ``"alias"``; a float32 <-> int8
+global MEAN (axes 1 and 2) and FULLY_CONNECTED get ``inplace = inplace_workspace_bytes(...)``
+(the one rule of :mod:`tvm_serenity.rip`: the Right In-Place workspace, or the zero-gap
+channel-wise kind for a depthwise convolution; pooling and MEAN as depthwise windows);
+elementwise operators whose first input has the output's exact size (ADD, MUL, RELU, RELU6,
+HARD_SWISH, LOGISTIC, SOFTMAX and LOG_SOFTMAX of int8 or float32, int8->int8 QUANTIZE) are ``"alias"``; a float32 <-> int8
 QUANTIZE / DEQUANTIZE gets the workspace ``max(in, out)`` bytes (the int8 tensor at its start
 or end); ARG_MAX is an ``"alias"`` (its smaller int32 output starting where the input starts)
 over float32, or over int8 along the last axis of at least 4 values, as its kernel proves
@@ -48,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from ..graph import Graph, Node
-from ..rip import rip_workspace_bytes
+from ..rip import inplace_workspace_bytes
 from .reference import same_padding, validate
 from ..text import counted
 from .tflite_model import Operator, TFLiteModel, UnsupportedOperatorError, load_tflite
@@ -158,8 +159,8 @@ def _node(model: TFLiteModel, op: Operator, inputs: tuple[str, ...],
         kernel = (o["filter_height"], o["filter_width"])
         stride = (o["stride_h"], o["stride_w"])
         padding = same_padding(o.get("padding", "VALID"), (h, w), kernel, stride)
-        inplace = rip_workspace_bytes((h, w, c), c, kernel, stride, (1, 1), padding, c,
-                                      out.itemsize)
+        inplace = inplace_workspace_bytes(GRAPH_OPS[op.op], (h, w, c), c, kernel, stride,
+                                          (1, 1), padding, c, out.itemsize)
         attrs.update(kernel=list(kernel), stride=list(stride), padding=list(padding),
                      in_shape=list(acts[0].shape), out_shape=list(out.shape), **_activation(op))
     else:
@@ -190,8 +191,8 @@ def _conv(model: TFLiteModel, op: Operator, pre_pad) -> tuple[dict[str, Any], in
         h, wd = h - pre_pad[0] - pre_pad[1], wd - pre_pad[2] - pre_pad[3]
         in_shape = [x.shape[0], h, wd, c]
     cout = out.shape[3]
-    workspace = rip_workspace_bytes((h, wd, c), cout, (kh, kw), stride, dilation, padding,
-                                    groups, out.itemsize)
+    workspace = inplace_workspace_bytes(GRAPH_OPS[op.op], (h, wd, c), cout, (kh, kw), stride,
+                                        dilation, padding, groups, out.itemsize)
     attrs = {"kernel": [kh, kw], "stride": list(stride), "dilation": list(dilation),
              "padding": list(padding), "groups": groups, "in_shape": in_shape,
              "out_shape": list(out.shape), **_activation(op)}
@@ -258,12 +259,12 @@ def _simple_inplace(model: TFLiteModel, op: Operator, acts, out) -> str | int | 
         axes = [] if axis is None else sorted({int(a) % len(first.shape) for a in axis.ravel()})
         if len(first.shape) == 4 and axes == [1, 2]:
             _, h, w, c = first.shape
-            return rip_workspace_bytes((h, w, c), c, (h, w), (1, 1), (1, 1), (0, 0, 0, 0), c,
-                                       out.itemsize)
+            return inplace_workspace_bytes("mean", (h, w, c), c, (h, w), (1, 1), (1, 1),
+                                           (0, 0, 0, 0), c, out.itemsize)
         return None
     if op.op == "FULLY_CONNECTED":
         units = model.tensors[op.inputs[1]].shape[0]
         rows = out.size // units           # batches: one "pixel" per input row
-        return rip_workspace_bytes((rows, 1, first.size // rows), units, (1, 1),
-                                   elem_bytes=out.itemsize)
+        return inplace_workspace_bytes("fully_connected", (rows, 1, first.size // rows), units,
+                                       (1, 1), elem_bytes=out.itemsize)
     return None

@@ -37,6 +37,13 @@
    tags are updated between phases.  ``S*`` found by binary search on ``S`` (safety is
    monotone in ``S``: growing ``S`` moves every input cell right and no output cell) is
    ``min_safe_workspace_by_search``.
+
+3. ``ChannelSimulator``: the same tagged workspace replaying the channel-wise in-place kind
+   (``workspace.py``): for each channel ``c`` in turn, read every input element of channel
+   ``c`` (the kernel copies the whole plane into its channel buffer), then write output
+   element ``(j, c)`` to cell ``j*C + c`` for every output pixel ``j``.  A read that finds
+   anything but its input element is the corruption reported.  ``C`` numpy steps of
+   ``N/C`` cells each.
 """
 
 from __future__ import annotations
@@ -260,3 +267,45 @@ def simulate_rip(geometry: ConvGeometry, workspace_cells: int) -> SimulationResu
 def min_safe_workspace_by_search(geometry: ConvGeometry) -> int:
     """RiP's minimum corruption-free workspace in elements, by binary search on the simulator."""
     return CorruptionSimulator(geometry).min_safe_workspace()
+
+
+class ChannelSimulator:
+    """Replays the channel-wise in-place traversal of a depthwise layer (module docstring)."""
+
+    def __init__(self, geometry: ConvGeometry):
+        if not geometry.groups == geometry.in_channels == geometry.out_channels:
+            raise RipArgumentError("the channel-wise traversal needs a depthwise layer")
+        self.geometry = geometry
+
+    def run(self, workspace_cells: int) -> SimulationResult:
+        g = self.geometry
+        n_in, n_out, channels = g.input_elements, g.output_elements, g.in_channels
+        if workspace_cells < max(n_in, n_out):
+            raise RipArgumentError(
+                f"workspace_cells={workspace_cells} cannot hold the input ({n_in}) "
+                f"and the output ({n_out})")
+        cells = np.full(workspace_cells, EMPTY_CELL, dtype=np.int64)
+        base = workspace_cells - n_in
+        cells[base:] = np.arange(n_in)
+        in_pixels = np.arange(g.in_height * g.in_width, dtype=np.int64) * channels
+        out_pixels = np.arange(g.output_pixels, dtype=np.int64) * channels
+        for c in range(channels):
+            wanted = in_pixels + c
+            held = cells[base + wanted]
+            bad = np.flatnonzero(held != wanted)
+            if len(bad):
+                k = bad[0]
+                tag = int(held[k])
+                found = ("nothing" if tag == EMPTY_CELL else f"output element {tag - n_in}"
+                         if tag >= n_in else f"input element {tag}")
+                return SimulationResult(workspace_cells, Corruption(
+                    step=c, pixel=None, input_index=int(wanted[k]),
+                    address=int(base + wanted[k]), found=found))
+            cells[out_pixels + c] = n_in + out_pixels + c
+        return SimulationResult(workspace_cells, None)
+
+    def safe_workspaces(self, limit: int) -> list[int]:
+        """Every corruption-free ``S`` in ``[max(N_in, N_out), limit]``, by simulation."""
+        g = self.geometry
+        return [s for s in range(max(g.input_elements, g.output_elements), limit + 1)
+                if self.run(s).ok]

@@ -11,6 +11,11 @@ brute force and the simulator stay cheap.  For every layer it checks
 * closed form ``S*`` == brute-force ``S*`` == binary-search minimum of the corruption simulator,
 * the simulator passes at ``S*`` and, whenever ``S* > max(N_in, N_out)``, corrupts at ``S* - 1``,
 * ``elem_bytes`` scales every size exactly,
+* on depthwise layers, the channel-wise in-place kind: the channel simulator passes at
+  ``S_channel = max(N_in, N_out)`` (below which nothing fits), at every ``S`` up to
+  ``S_channel + 2C`` that ``channel_safe`` admits, and corrupts at ``S_channel + 1`` whenever
+  ``C > 1`` and there are two output pixels; :func:`~.workspace.choose_inplace` takes it
+  exactly when ``S_channel < S*``,
 
 then prints a per-family table, the Table 2 reproduction (Gural & Murmann's closed form next
 to the herringbone simulator), optionally RiP against the generalized herringbone bound on
@@ -27,8 +32,10 @@ from collections import defaultdict
 
 from .herringbone import (TABLE2_ROWS, critical_leg, gural_murmann_gap, herringbone_gap,
                           herringbone_min_workspace, table2_geometry)
-from .reference import CorruptionSimulator, brute_force_max_debt, brute_force_min_workspace
-from .workspace import ConvGeometry, RipArgumentError, rip_workspace_for_geometry
+from .reference import (ChannelSimulator, CorruptionSimulator, brute_force_max_debt,
+                        brute_force_min_workspace)
+from .workspace import (ConvGeometry, RipArgumentError, channel_safe, channel_workspace_bytes,
+                        choose_inplace, rip_workspace_for_geometry)
 
 MAX_GRID = 24
 MAX_CHANNELS = 24
@@ -283,7 +290,30 @@ def check_layer(geometry: ConvGeometry, elem_bytes: int) -> tuple[list[str], boo
             scaled.output_bytes) != tuple(elem_bytes * v for v in (
                 s_star, closed.max_debt_bytes, closed.input_bytes, closed.output_bytes)):
         failures.append(f"elem_bytes={elem_bytes} does not scale every size")
+    if geometry.groups == geometry.in_channels == geometry.out_channels:
+        failures += check_channel_kind(geometry, elem_bytes)
     return failures, tight
+
+
+def check_channel_kind(geometry: ConvGeometry, elem_bytes: int) -> list[str]:
+    """The channel-wise in-place kind of a depthwise layer against its simulator."""
+    failures = []
+    simulator = ChannelSimulator(geometry)
+    s_channel = channel_workspace_bytes(geometry)
+    channels = geometry.in_channels
+    for s in range(s_channel, s_channel + 2 * channels + 1):
+        if channel_safe(geometry, s) and not simulator.run(s).ok:
+            failures.append(f"channel kind corrupts at admitted S={s}: {simulator.run(s)}")
+    if channels > 1 and geometry.output_pixels > 1 and simulator.run(s_channel + 1).ok:
+        failures.append(f"channel kind: S_channel+1={s_channel + 1} does not corrupt")
+    choice = choose_inplace("depthwise_conv2d", geometry)
+    rip = rip_workspace_for_geometry(geometry).workspace_bytes
+    if (choice.kind == "channel") != (s_channel < rip) or choice.workspace_bytes != min(
+            s_channel, rip):
+        failures.append(f"choose_inplace {choice} with S_channel={s_channel}, S*={rip}")
+    if channel_workspace_bytes(geometry, elem_bytes) != elem_bytes * s_channel:
+        failures.append(f"elem_bytes={elem_bytes} does not scale S_channel")
+    return failures
 
 
 def _table2_report() -> list[str]:
@@ -343,12 +373,13 @@ def main(argv=None) -> int:
         family_stats["tight"] += tight
         family_stats["S*=N_out"] += workspace.workspace_bytes == workspace.output_bytes
         family_stats["gap 0"] += workspace.gap_bytes == 0
+        family_stats["channel"] += choose_inplace("depthwise_conv2d", geometry).kind == "channel"
         family_stats["mismatches"] += bool(layer_failures)
         saving[family] += 1 - workspace.workspace_bytes / workspace.dual_buffer_bytes
         failures += [f"layer {index} [{family}] {geometry}: {f}" for f in layer_failures]
     elapsed = time.perf_counter() - started
 
-    columns = ("layers", "tight", "S*=N_out", "gap 0", "mismatches")
+    columns = ("layers", "tight", "S*=N_out", "gap 0", "channel", "mismatches")
     print(f"{'family':<32} {'tier':>4} " + " ".join(f"{c:>10}" for c in columns)
           + f" {'save vs dual':>13}")
     for family, tier, _, _ in FAMILIES:
@@ -369,7 +400,8 @@ def main(argv=None) -> int:
     print(f"\nsweep seed={args.seed}: {len(layers)} layers in {len(stats)} families, "
           f"{totals['mismatches']} layer mismatches, {len(failures)} failed checks "
           f"(closed form == brute force == simulator search; S* safe; S*-1 corrupts on "
-          f"{totals['tight']} tight layers); {elapsed:.1f} s")
+          f"{totals['tight']} tight layers; channel kind 0 corruptions, taken on "
+          f"{totals['channel']} depthwise layers); {elapsed:.1f} s")
     return 1 if failures else 0
 
 

@@ -36,6 +36,24 @@ a maximum of ``k`` affine pieces, each evaluated at its two end points: ``O(k_h 
 independent of the output size (a 10^6 x 10^6 layer costs the same as a 3 x 3 one).
 
 ``reference.py`` checks this against a brute-force ``max_q D(q)`` and a corruption simulator.
+
+Channel-wise in-place (depthwise only, TinyEngine's in-place depthwise).  A depthwise output
+channel ``c`` reads only input channel ``c``.  The kernel copies the whole input channel ``c``
+(``H_in x W_in``, plus its padding) into a one-channel buffer outside the workspace, then writes
+output channel ``c`` of every pixel, element ``(j, c)`` at ``j*C + c``, straight into the
+workspace.  With the input right-aligned at ``G = S - N_in``, that cell holds input element
+``(j - G/C, c)`` when ``G`` is a multiple of ``C``: channel ``c`` again, already in the buffer;
+channels ``c' > c`` are never touched, channels ``c' < c`` are done.  So the layer is
+corruption-free at every ``S >= max(N_in, N_out)`` with ``(S - N_in) % C == 0`` (and corrupts
+at some other ``S``: the writes then land on another channel), i.e. at::
+
+    S_channel = max(N_in, N_out)        (N_out - N_in is a multiple of C when positive)
+
+with no gap at all, for the price of an int8 channel buffer of ``(H_in + pad) x (W_in + pad)``
+bytes in the kernel scratch.  :func:`choose_inplace` is the one rule every graph builder uses:
+the channel kind for a depthwise layer whenever it needs less workspace than RiP (only then is
+its channel buffer paid for), RiP otherwise; :func:`inplace_kind` tells a kernel generator
+which traversal a given workspace admits (RiP's whenever ``S >= S*``).
 """
 
 from __future__ import annotations
@@ -214,9 +232,7 @@ def closed_form_max_debt(geometry: ConvGeometry) -> int:
 
 def rip_workspace_for_geometry(geometry: ConvGeometry, elem_bytes: int = 1) -> RipWorkspace:
     """The RiP sizes of an already validated layer; every size is scaled by ``elem_bytes``."""
-    elem_bytes = _integer(elem_bytes, "elem_bytes")
-    if elem_bytes < 1:
-        raise RipArgumentError(f"elem_bytes must be >= 1, got {elem_bytes}")
+    elem_bytes = _elem_bytes(elem_bytes)
     max_debt = closed_form_max_debt(geometry)
     workspace = max(geometry.output_elements, geometry.input_elements + max_debt)
     return RipWorkspace(input_bytes=geometry.input_elements * elem_bytes,
@@ -247,3 +263,93 @@ def dual_buffer_bytes(in_hwc, out_channels, kernel, stride=(1, 1), dilation=(1, 
     """``N_in + N_out`` in bytes: the cost of the same layer with disjoint input and output."""
     return rip_workspace(in_hwc, out_channels, kernel, stride, dilation, padding, groups,
                          elem_bytes).dual_buffer_bytes
+
+
+# ------------------------------------------------------------------ channel-wise in place
+INPLACE_KINDS = ("rip", "channel")
+CHANNEL_KIND_OPS = ("depthwise_conv2d",)    # ops with a channel-wise in-place kernel
+
+
+def _elem_bytes(elem_bytes) -> int:
+    elem_bytes = _integer(elem_bytes, "elem_bytes")
+    if elem_bytes < 1:
+        raise RipArgumentError(f"elem_bytes must be >= 1, got {elem_bytes}")
+    return elem_bytes
+
+
+def _is_depthwise(geometry: ConvGeometry) -> bool:
+    return geometry.groups == geometry.in_channels == geometry.out_channels
+
+
+def channel_workspace_bytes(geometry: ConvGeometry, elem_bytes: int = 1) -> int:
+    """``S_channel = max(N_in, N_out)`` of a depthwise layer (module docstring)."""
+    if not _is_depthwise(geometry):
+        raise RipArgumentError(f"the channel-wise kind needs a depthwise layer, got groups="
+                               f"{geometry.groups}, {geometry.in_channels} -> "
+                               f"{geometry.out_channels} channels")
+    return max(geometry.input_elements, geometry.output_elements) * _elem_bytes(elem_bytes)
+
+
+def channel_safe(geometry: ConvGeometry, workspace_bytes: int, elem_bytes: int = 1) -> bool:
+    """Whether the channel-wise traversal is corruption-free in ``workspace_bytes``."""
+    elem_bytes = _elem_bytes(elem_bytes)
+    gap = workspace_bytes - geometry.input_elements * elem_bytes
+    return (_is_depthwise(geometry) and workspace_bytes >= channel_workspace_bytes(
+        geometry, elem_bytes) and gap % (geometry.in_channels * elem_bytes) == 0)
+
+
+def channel_buffer_bytes(geometry: ConvGeometry, elem_bytes: int = 1) -> int:
+    """The one-channel buffer of the channel-wise kind: the padded input plane."""
+    g = geometry
+    return ((g.padding[0] + g.in_height + g.padding[1]) * (g.padding[2] + g.in_width
+                                                           + g.padding[3])
+            * _elem_bytes(elem_bytes))
+
+
+@dataclass(frozen=True)
+class InPlaceChoice:
+    """The in-place kind of one windowed layer and what it costs, in bytes."""
+
+    kind: str                  # "rip" or "channel"
+    workspace_bytes: int       # S, what the graph IR records as inplace workspace_bytes
+    rip: RipWorkspace          # RiP's sizes (S*, gap) for comparison
+    channel_buffer_bytes: int  # scratch the kind adds outside the workspace (0 for RiP)
+
+
+def choose_inplace(op: str, geometry: ConvGeometry, elem_bytes: int = 1) -> InPlaceChoice:
+    """The rule (module docstring): the channel kind where ``op`` has one and it needs less
+    workspace than RiP's ``S*``, else RiP."""
+    rip = rip_workspace_for_geometry(geometry, elem_bytes)
+    if op in CHANNEL_KIND_OPS and _is_depthwise(geometry):
+        channel = channel_workspace_bytes(geometry, elem_bytes)
+        if channel < rip.workspace_bytes:
+            return InPlaceChoice("channel", channel, rip,
+                                 channel_buffer_bytes(geometry, elem_bytes))
+    return InPlaceChoice("rip", rip.workspace_bytes, rip, 0)
+
+
+def inplace_workspace_bytes(op: str, in_hwc, out_channels, kernel, stride=(1, 1),
+                            dilation=(1, 1), padding=(0, 0, 0, 0), groups=1,
+                            elem_bytes=1) -> int:
+    """The in-place workspace ``S`` a graph builder records for one windowed layer (graph IR
+    ``inplace={"workspace_bytes": S}``): :func:`choose_inplace`'s."""
+    geometry = ConvGeometry(in_hwc, out_channels, kernel, stride, dilation, padding, groups)
+    return choose_inplace(op, geometry, elem_bytes).workspace_bytes
+
+
+def inplace_kind(op: str, geometry: ConvGeometry, workspace_bytes: int,
+                 elem_bytes: int = 1) -> str:
+    """The traversal a kernel of ``op`` runs in a workspace of ``workspace_bytes``: RiP's
+    wherever it is safe (``S >= S*``: the smaller scratch), else the channel-wise one; raises
+    RipArgumentError when neither is corruption-free there."""
+    workspace_bytes = _integer(workspace_bytes, "workspace_bytes")
+    rip = rip_workspace_for_geometry(geometry, elem_bytes)
+    if workspace_bytes >= rip.workspace_bytes:
+        return "rip"
+    if op in CHANNEL_KIND_OPS and channel_safe(geometry, workspace_bytes, elem_bytes):
+        return "channel"
+    channel = (f" nor a channel-wise one (S >= {channel_workspace_bytes(geometry, elem_bytes)}"
+               f" with S - N_in a multiple of {geometry.in_channels * elem_bytes})"
+               if op in CHANNEL_KIND_OPS and _is_depthwise(geometry) else "")
+    raise RipArgumentError(f"workspace_bytes {workspace_bytes} is below the corruption-free "
+                           f"RiP minimum S* = {rip.workspace_bytes}{channel}")

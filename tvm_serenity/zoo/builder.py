@@ -9,8 +9,9 @@
   convolutions never merge (their weights differ);
 * 'SAME' padding as TFLite computes it (``top = total // 2``, the extra row at the bottom);
 * in-place capability: every windowed op (convolutions incl. depthwise and pointwise, pooling,
-  fully connected) gets its Right In-Place workspace from
-  :func:`tvm_serenity.rip.rip_workspace_bytes`; same-shape elementwise ops (ADD, MUL, RELU) are
+  fully connected) gets its in-place workspace from the one rule,
+  :func:`tvm_serenity.rip.inplace_workspace_bytes` (Right In-Place, or the zero-gap
+  channel-wise kind for a depthwise convolution); same-shape elementwise ops (ADD, MUL, RELU) are
   exact aliases of their first input; CONCATENATION is never in place.
 """
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 import json
 
 from ..graph import Graph, Node, unique_name
-from ..rip import rip_workspace_bytes
+from ..rip import inplace_workspace_bytes
 
 __all__ = ["NetBuilder", "same_padding"]
 
@@ -79,8 +80,9 @@ class NetBuilder:
             ow = (w - (kw - 1) * dilation - 1) // stride + 1
         padding = (top, bottom, left, right)
         op = "conv2d" if groups == 1 else "depthwise_conv2d"
-        workspace = rip_workspace_bytes((h, w, c), out_channels, (kh, kw), (stride, stride),
-                                        (dilation, dilation), padding, groups, 1)
+        workspace = inplace_workspace_bytes(op, (h, w, c), out_channels, (kh, kw),
+                                            (stride, stride), (dilation, dilation), padding,
+                                            groups, 1)
         attrs = {"kernel": [kh, kw], "stride": [stride, stride],
                  "dilation": [dilation, dilation], "padding": list(padding), "groups": groups}
         return self._add(name, op, (x,), (oh, ow, out_channels), inplace=workspace, attrs=attrs)
@@ -96,8 +98,8 @@ class NetBuilder:
         oh, top, bottom = same_padding(h, kernel, stride)
         ow, left, right = same_padding(w, kernel, stride)
         padding = (top, bottom, left, right)
-        workspace = rip_workspace_bytes((h, w, c), c, (kernel, kernel), (stride, stride),
-                                        (1, 1), padding, c, 1)
+        workspace = inplace_workspace_bytes(f"{kind}_pool2d", (h, w, c), c, (kernel, kernel),
+                                            (stride, stride), (1, 1), padding, c, 1)
         attrs = {"kernel": [kernel, kernel], "stride": [stride, stride],
                  "padding": list(padding)}
         return self._add(name or f"{kind}_pool", f"{kind}_pool2d", (x,), (oh, ow, c),
@@ -105,14 +107,15 @@ class NetBuilder:
 
     def global_avg_pool(self, x: str, name: str = "gap") -> str:
         h, w, c = self.shape[x]
-        workspace = rip_workspace_bytes((h, w, c), c, (h, w), (1, 1), (1, 1), (0, 0, 0, 0), c, 1)
+        workspace = inplace_workspace_bytes("mean", (h, w, c), c, (h, w), (1, 1), (1, 1),
+                                            (0, 0, 0, 0), c, 1)
         return self._add(name, "mean", (x,), (1, 1, c), inplace=workspace,
                          attrs={"axis": [1, 2]}, memo=True)
 
     def fully_connected(self, x: str, units: int, name: str = "fc") -> str:
         h, w, c = self.shape[x]
-        workspace = rip_workspace_bytes((h, w, c), units, (h, w), (1, 1), (1, 1),
-                                        (0, 0, 0, 0), 1, 1)
+        workspace = inplace_workspace_bytes("fully_connected", (h, w, c), units, (h, w),
+                                            (1, 1), (1, 1), (0, 0, 0, 0), 1, 1)
         return self._add(name, "fully_connected", (x,), (1, 1, units), inplace=workspace)
 
     def crop(self, x: str, top: int, left: int, name: str = "slice") -> str:
