@@ -30,8 +30,9 @@ The ``serenity`` method
 2. per segment, the best heuristic order restricted to the segment (any order's restriction is
    a valid segment order, see above) gives the incumbent;
 3. the budget descent (:func:`.dp.descent`: budgeted depth-first decisions with the
-   budget-strengthened dominance rule, each asking for an order better than the best known)
-   proves the incumbent optimal or finds an optimal segment order;
+   budget-strengthened dominance rule, each asking for an order better than the best known,
+   searched forwards and backwards in turns) proves the incumbent optimal or finds an optimal
+   segment order;
 4. if a time limit makes the search stop, adaptive soft budgeting (:mod:`.budget`) gets the rest
    of the segment's time, seeded with the search's lower bound;
 5. concatenate. The lower bound is the max of the static cut bound and every segment's proven

@@ -51,6 +51,14 @@ Four searches over that space share :class:`SearchSpace`:
   Only the last decision has to exhaust its space. (A bisection between the bound and the
   best peak needs several exhausting decisions below the optimum: 2-4x more states on the
   zoo cells and on random graphs.)
+* Each decision searches both ways at once: forwards from the start and backwards from the
+  goal (:class:`ReverseSpace`: the same sets and step costs, unrunning the last node of a
+  prefix, with the mirrored dominance rule), in turns; the first to finish answers. Which
+  sets are reachable within a budget differs wildly between the two: a RandWire cell (many
+  sources fed by one input, sinks summed in a fixed order) is wide at its start and narrow at
+  its end: proving seed 16's optimum (WS(32, 4)) expands 331k sets forwards and 8k
+  backwards, while on other cells forwards wins. Taking turns costs at most twice the better
+  direction.
 
 Searches run on one *segment* of the graph (a set of nodes between a start set and a goal set,
 see :mod:`.divide`); the methods here use the whole graph as one segment.
@@ -62,19 +70,20 @@ import heapq
 import sys
 import time
 from dataclasses import dataclass
+from functools import cached_property
 
 from tqdm import tqdm
 
 from ..graph import Graph
-from ..memory import (Execution, MemoryModel, Step, bits, lower_bound_bytes, node_bounds,
-                      simulate)
+from ..memory import (Execution, MemoryModel, bits, lower_bound_bytes, mask_of_indices,
+                      node_bounds, simulate)
 from . import baselines
 from .result import ScheduleResult, make_result
 from .stop import Deadline, past
 
-__all__ = ["SearchSpace", "SearchOutcome", "SOLVED", "EXHAUSTED", "TIMEOUT", "level_dp",
-           "best_first", "feasible", "descent", "greedy_order", "heuristic_orders",
-           "best_heuristic", "show_progress", "bits"]
+__all__ = ["SearchSpace", "ReverseSpace", "SearchOutcome", "SOLVED", "EXHAUSTED", "TIMEOUT",
+           "MEET", "FORWARD", "BACKWARD", "level_dp", "best_first", "feasible", "descent",
+           "greedy_order", "heuristic_orders", "best_heuristic", "show_progress", "bits"]
 
 SOLVED = "solution"        # an order was found (optimal, or within the budget: see each search)
 EXHAUSTED = "no solution"  # no order has a peak within the threshold
@@ -116,6 +125,13 @@ class SearchSpace:
         # unscheduled one.
         self._by_bound = sorted(((bounds[model.names[v]], 1 << v) for v in bits(self.segment)),
                                 reverse=True)
+        # What a step of v depends on besides v: which other readers of v's inputs have run.
+        self._readers_of_inputs = [0] * model.n
+        for v in bits(self.segment):
+            for p in model.preds[v]:
+                self._readers_of_inputs[v] |= model.consumer_mask[p]
+            self._readers_of_inputs[v] &= ~(1 << v)
+        self._increments: dict[tuple[int, int], tuple[int, int]] = {}
 
     @property
     def size(self) -> int:
@@ -130,6 +146,22 @@ class SearchSpace:
                 return max(bound, live)
         return live
 
+    def increments(self, done: int, v: int) -> tuple[int, int]:
+        """``(mem_during, live_after)`` of running ready node ``v`` after ``done`` from 0 live
+        bytes (``MemoryModel.step``): what the step adds to the live bytes before it, which
+        depends only on which of ``v``'s inputs have no other reader left (cached by that;
+        the very first step of an order, which frees unread graph inputs, is not cached)."""
+        model = self.model
+        if done == model.input_mask:
+            st = model.step(done, 0, v)
+            return st.mem_during, st.live_after
+        key = (v, done & self._readers_of_inputs[v])
+        known = self._increments.get(key)
+        if known is None:
+            st = model.step(done, 0, v)
+            known = self._increments[key] = (st.mem_during, st.live_after)
+        return known
+
     def next_ready(self, ready: int, done_after: int, v: int) -> int:
         """Ready set after running ``v`` (``done_after`` includes ``v``)."""
         ready &= ~(1 << v)
@@ -140,27 +172,70 @@ class SearchSpace:
         return ready
 
     def steps(self, done: int, live: int, ready: int, f: int, reached: dict[int, int],
-              dominance: bool = True) -> list[tuple[int, Step]]:
-        """The moves to explore from a state whose best peak-or-bound is ``f``: every ready
-        node, or only a dominating one (module docstring) when ``dominance`` is on.
+              dominance: bool = True) -> list[tuple[int, int, int]]:
+        """The moves ``(v, mem_during, live_after)`` to explore from a state whose best
+        peak-or-bound is ``f``: every ready node, or only a dominating one (module docstring)
+        when ``dominance`` is on.
 
         A move to a state already ``reached`` (set -> best ``f``) with a value ``<= f`` cannot
         improve it and is left out; if that move dominates, the state needs no expansion at
         all (the state reached covers its best completion).
         """
-        step = self.model.step
+        increments = self.increments
         moves = []
         dominance = dominance and not (
             self._first_step_frees_inputs and done == self.model.input_mask)
         for v in bits(ready):
-            st = step(done, live, v)
-            if dominance and st.mem_during <= f and st.live_after <= live:
-                known = reached.get(done | (1 << v))
-                return [] if known is not None and known <= f else [(v, st)]
+            mem, after = increments(done, v)
+            mem, after = live + mem, live + after
             known = reached.get(done | (1 << v))
+            if dominance and mem <= f and after <= live:
+                return [] if known is not None and known <= f else [(v, mem, after)]
             if known is None or known > f:
-                moves.append((v, st))
+                moves.append((v, mem, after))
         return moves
+
+    # The interface of the budgeted depth-first search (:func:`feasible`), shared with
+    # :class:`ReverseSpace`: a root state, a final set, bounded moves.
+    @property
+    def root(self) -> tuple[int, int, int]:
+        return self.start, self.start_live, self.start_ready
+
+    @property
+    def final(self) -> int:
+        return self.goal
+
+    next_frontier = next_ready
+
+    def children(self, done: int, live: int, ready: int, tau: int,
+                 visited: dict[int, int]) -> tuple[list[tuple[int, int, int, int]], int | None]:
+        """``(mem_during, live after, v, child set)`` of every move from ``done`` that can
+        still complete within ``tau`` (the dominating one alone, see :meth:`steps`; none to an
+        already ``visited`` set), and the smallest peak-or-bound of a move cut off (or None).
+        """
+        moves, cut = [], None
+        for v, mem, after in self.steps(done, live, ready, tau, visited):
+            child = done | (1 << v)
+            need = max(mem, self.h(child, after))
+            if need > tau:
+                cut = need if cut is None else min(cut, need)
+            else:
+                moves.append((mem, after, v, child))
+        return moves, cut
+
+    @cached_property
+    def reverse(self) -> "ReverseSpace":
+        """The same segment searched from its goal back to its start."""
+        return ReverseSpace(self)
+
+    def peak_of(self, order: list[int]) -> int:
+        """The peak of running ``order`` (the segment's nodes) from the start."""
+        done, live, peak = self.start, self.start_live, 0
+        for v in order:
+            st = self.model.step(done, live, v)
+            peak, live = max(peak, st.mem_during), st.live_after
+            done |= 1 << v
+        return peak
 
     def order_names(self, order: list[int]) -> list[str]:
         return [self.model.names[v] for v in order]
@@ -227,16 +302,17 @@ def level_dp(space: SearchSpace, limit: int | None = None, deadline: float | Non
                                          time.perf_counter() - t0)
                 expanded += 1
                 remaining -= 1
-                for v, st in space.steps(done, live, ready, f, next_f, dominance=prune):
+                for v, mem, after in space.steps(done, live, ready, f, next_f,
+                                                 dominance=prune):
                     child = done | (1 << v)
-                    fc = max(f, st.mem_during, h(child, st.live_after))
+                    fc = max(f, mem, h(child, after))
                     if limit is not None and fc > limit:
                         continue
                     known = next_f.get(child)
                     if known is not None and known <= fc:
                         continue
                     next_f[child] = fc
-                    next_state[child] = (st.live_after, space.next_ready(ready, child, v))
+                    next_state[child] = (after, space.next_ready(ready, child, v))
                     came[child] = v
             level = {c: (fc, *next_state[c]) for c, fc in next_f.items()}
             bar.update(1)
@@ -280,9 +356,9 @@ def best_first(space: SearchSpace, limit: int | None = None, deadline: float | N
                 bar.update(_CLOCK_EVERY if expanded else 0)
                 bar.set_postfix(bound=f, open=len(heap), refresh=False)
             expanded += 1
-            for v, st in space.steps(done, live, ready, f, best):
+            for v, mem, after in space.steps(done, live, ready, f, best):
                 child = done | (1 << v)
-                fc = max(f, st.mem_during, space.h(child, st.live_after))
+                fc = max(f, mem, space.h(child, after))
                 if limit is not None and fc > limit:
                     continue
                 known = best.get(child)
@@ -290,59 +366,231 @@ def best_first(space: SearchSpace, limit: int | None = None, deadline: float | N
                     continue
                 best[child] = fc
                 came[child] = v
-                heapq.heappush(heap, (fc, neg_depth - 1, child, st.live_after,
+                heapq.heappush(heap, (fc, neg_depth - 1, child, after,
                                       space.next_ready(ready, child, v)))
     return SearchOutcome(EXHAUSTED, None, None, threshold, expanded, time.perf_counter() - t0)
 
 
+class ReverseSpace:
+    """The segment of a :class:`SearchSpace` searched backwards, from its goal to its start.
+
+    A state is again a scheduled set ``done`` with its live bytes, now read as "every node of
+    the segment outside ``done`` runs at the end, in the order found so far"; a move *unruns*
+    a node ``v`` of ``done`` that no node of ``done`` reads (``removable``), i.e. puts it just
+    before that suffix. Its cost is the forward step ``MemoryModel.step(done - v, ., v)``: that
+    step's increments do not depend on the live bytes before it, so ``step(done - v, 0, v)``
+    gives them and ``live(done - v) = live(done) - increment``. The live set of a scheduled
+    set is the same whichever way it is reached, so both directions search the same sets with
+    the same step costs; only which sets are reachable within a budget differs, often by
+    orders of magnitude (a graph with many sources and one sink chain is wide forwards and
+    narrow backwards, or the other way round).
+
+    * Bound: the prefix still to run (``done``'s segment nodes) needs every one of their
+      :func:`~tvm_serenity.memory.node_bounds`, and its last step at least ``live(done)``
+      (a step's ``mem_during`` is never below its ``live_after``: an in-place workspace holds
+      at least the output, :class:`~tvm_serenity.graph.Graph` checks it).
+    * Dominance, mirrored: a removable ``v`` whose step fits the budget and whose unrunning
+      does not grow memory (``live(done - v) <= live(done)``) may be the last node of the
+      prefix. Exchange argument: move ``v`` from its place in any order of the prefix to its
+      end; every step it moves over sees the set without ``v``, whose live bytes are those
+      with ``v`` plus ``v``'s unrunning increment, which is at most the increment at ``done``
+      (fewer inputs of ``v`` have all their readers in a smaller set). That step's own cost
+      rises only if it is an in-place node ``x`` whose first input ``u`` is also read by
+      ``v``: ``x`` stops being ``u``'s last reader and loses at most ``bytes(u)`` of saving
+      (its workspace holds at least its output). But then ``u`` has all its readers in
+      ``done`` and not in the smaller set, so ``u`` counts in ``v``'s increment at ``done``
+      and not in the one at that step: the loss is covered, and the step still costs no more
+      than before. The rule is not applied when unconsumed graph inputs are freed by
+      whichever node runs first (moving ``v`` would change which step frees them).
+    """
+
+    def __init__(self, space: SearchSpace):
+        self.forward = space
+        model = self.model = space.model
+        self.goal, self.start = space.goal, space.start
+        done, live = space.start, space.start_live
+        for v in bits(space.segment):              # stored order is topological
+            live = model.step(done, live, v).live_after
+            done |= 1 << v
+        self.goal_live = live
+        in_segment = space.segment
+        self.goal_removable = sum(1 << v for v in bits(in_segment)
+                                  if not model.consumer_mask[v] & self.goal)
+        self._preds_in_segment = [mask_of_indices(p for p in ps if (in_segment >> p) & 1)
+                                  for ps in model.preds]
+        # Unread graph inputs are freed by the first step of an order: if it is in this
+        # segment, which node runs first matters (the dominance rule is not applied).
+        self._dominance = not (model.dangling and space.start == model.input_mask)
+
+    @property
+    def root(self) -> tuple[int, int, int]:
+        return self.goal, self.goal_live, self.goal_removable
+
+    @property
+    def final(self) -> int:
+        return self.start
+
+    def h(self, done: int, live: int) -> int:
+        """Admissible bound on the peak of every order of the prefix ``done`` (0 if empty)."""
+        if done == self.start:
+            return 0
+        for bound, bit in self.forward._by_bound:
+            if done & bit:
+                return max(bound, live)
+        return live
+
+    def next_frontier(self, removable: int, done_after: int, v: int) -> int:
+        """Removable set once ``v`` is unrun (``done_after`` lacks ``v``)."""
+        removable &= ~(1 << v)
+        cmask = self.model.consumer_mask
+        for p in bits(self._preds_in_segment[v]):
+            if not cmask[p] & done_after:
+                removable |= 1 << p
+        return removable
+
+    def children(self, done: int, live: int, removable: int, tau: int,
+                 visited: dict[int, int]) -> tuple[list[tuple[int, int, int, int]], int | None]:
+        """Moves within ``tau`` from ``done`` (see :meth:`SearchSpace.children`)."""
+        increments = self.forward.increments
+        dominance = self._dominance
+        moves, cut = [], None
+        for v in bits(removable):
+            before = done ^ (1 << v)
+            mem, after = increments(before, v)
+            live_before = live - after
+            mem += live_before
+            dominant = dominance and live_before <= live and mem <= tau
+            if before in visited:
+                if dominant:
+                    return [], None
+                continue
+            need = max(mem, self.h(before, live_before))
+            if dominant:
+                return ([], need) if need > tau else ([(mem, live_before, v, before)], None)
+            if need > tau:
+                cut = need if cut is None else min(cut, need)
+            else:
+                moves.append((mem, live_before, v, before))
+        return moves, cut
+
+    def order(self, came: dict[int, int], done: int) -> list[int]:
+        """The nodes unrun on the way from the goal to ``done``, in execution order."""
+        order = []
+        while done != self.goal:
+            v = came[done]
+            order.append(v)
+            done |= 1 << v
+        return order
+
+
+MEET = "meet"              # a budgeted search reached a set the other direction reached
+
+
+class _Budgeted:
+    """One depth-first budgeted search of :func:`feasible`, in one direction."""
+
+    def __init__(self, side, tau: int):
+        self.side, self.tau = side, tau
+        self.visited: dict[int, int] = {}      # set -> peak of the path that reached it
+        self.came: dict[int, int] = {}         # set -> the node moved to reach it
+        self.cut_off: int | None = None        # smallest peak-or-bound cut off
+        self.expanded = 0
+        self.end: int | None = None            # the final set, or the meeting set
+
+    def run(self, other: "_Budgeted | None"):
+        """A generator yielding every ``_CLOCK_EVERY`` expansions; returns SOLVED,
+        EXHAUSTED or MEET (``end`` was reached by ``other`` too)."""
+        side, tau, visited, came = self.side, self.tau, self.visited, self.came
+        done, live, frontier = side.root
+        f0 = side.h(done, live)
+        if f0 > tau:
+            self.cut_off = f0
+            return EXHAUSTED
+        visited[done] = f0
+        stack = [(done, live, frontier, f0)]
+        final = side.final
+        meet = None if other is None else other.visited
+        while stack:
+            done, live, frontier, f = stack.pop()
+            if done == final:
+                self.end = done
+                return SOLVED
+            if self.expanded % _CLOCK_EVERY == 0 and self.expanded:
+                yield
+            self.expanded += 1
+            children, cut = side.children(done, live, frontier, tau, visited)
+            if cut is not None and (self.cut_off is None or cut < self.cut_off):
+                self.cut_off = cut
+            # Explore the cheapest step first: pushed last, popped first.
+            for mem, live_after, v, child in sorted(children, reverse=True):
+                visited[child] = max(f, mem)
+                came[child] = v
+                if meet is not None and child in meet:
+                    self.end = child
+                    return MEET
+                stack.append((child, live_after, side.next_frontier(frontier, child, v),
+                              max(f, mem)))
+        return EXHAUSTED
+
+
+FORWARD, BACKWARD = "forward", "backward"
+
+
 def feasible(space: SearchSpace, tau: int, deadline: float | None = None,
-             bar: tqdm | None = None) -> SearchOutcome:
-    """Decide whether some order of the segment has a peak ``<= tau`` (depth first).
+             bar: tqdm | None = None,
+             directions: tuple[str, ...] = (FORWARD, BACKWARD)) -> SearchOutcome:
+    """Decide whether some order of the segment has a peak ``<= tau``.
+
+    Two depth-first searches, forwards from the start (:meth:`SearchSpace.children`) and
+    backwards from the goal (:class:`ReverseSpace`), take turns of ``_CLOCK_EVERY``
+    expansions; the first to finish answers (so the cost is about twice that of the better
+    direction, whichever it is), and an order is also found when one search reaches a set the
+    other reached (its prefix from one, its suffix from the other). ``directions`` restricts
+    to one of them.
 
     With a budget the dominance rule gets stronger: a ready node that does not grow memory
     and whose step fits in ``tau`` may run first in *some* order within ``tau`` if any exists
-    (the exchange argument of the module docstring with ``tau`` for ``f``). A set visited once
-    is never expanded again (whether it completes within ``tau`` does not depend on how it was
-    reached). SOLVED: an order within ``tau`` (not necessarily optimal). EXHAUSTED: none
-    exists, and ``lower_bound`` is the smallest peak-or-bound that was cut off, which the
-    optimum cannot undercut (the same search with any budget below it explores a subset of
-    these sets). ``bar``: a progress bar to advance.
+    (the exchange argument of the module docstring with ``tau`` for ``f``; its mirror image
+    backwards). A set visited once is never expanded again (whether it completes within
+    ``tau`` does not depend on how it was reached). SOLVED: an order within ``tau`` (not
+    necessarily optimal). EXHAUSTED: none exists, and ``lower_bound`` is the smallest
+    peak-or-bound the exhausted search cut off, which the optimum cannot undercut (follow an
+    optimal order along that search's choices, dominance moves included: it stays within its
+    peak until a cut child, whose bound is therefore at most the optimum). ``bar``: a
+    progress bar to advance.
     """
     t0 = time.perf_counter()
-    f0 = space.h(space.start, space.start_live)
-    if f0 > tau:
-        return SearchOutcome(EXHAUSTED, None, None, f0, 0, time.perf_counter() - t0)
-    visited = {space.start: f0}
-    came: dict[int, int] = {}
-    stack = [(space.start, space.start_live, space.start_ready, f0)]
-    cut_off = None
-    expanded = 0
-    while stack:
-        done, live, ready, f = stack.pop()
-        if done == space.goal:
-            return SearchOutcome(SOLVED, _trace(came, space.start, done), f, 0, expanded,
+    sides = {FORWARD: space, BACKWARD: space.reverse}
+    searches = [_Budgeted(sides[d], tau) for d in directions]
+    other = {id(s): (searches[1 - k] if len(searches) == 2 else None)
+             for k, s in enumerate(searches)}
+    runs = [(s, s.run(other[id(s)])) for s in searches]
+    while True:
+        for search, run in runs:
+            try:
+                next(run)
+            except StopIteration as stop:
+                return _answer(space, searches, search, stop.value, time.perf_counter() - t0)
+        if past(deadline):
+            return SearchOutcome(TIMEOUT, None, None, 0, sum(s.expanded for s in searches),
                                  time.perf_counter() - t0)
-        if expanded % _CLOCK_EVERY == 0:
-            if past(deadline):
-                return SearchOutcome(TIMEOUT, None, None, 0, expanded, time.perf_counter() - t0)
-            if bar is not None and expanded:
-                bar.update(_CLOCK_EVERY)
-        expanded += 1
-        children = []
-        for v, st in space.steps(done, live, ready, tau, visited):
-            child = done | (1 << v)
-            need = max(st.mem_during, space.h(child, st.live_after))
-            if need > tau:
-                cut_off = need if cut_off is None else min(cut_off, need)
-                continue
-            children.append((st.mem_during, st.live_after, v, child))
-        # Explore the cheapest step first: pushed last, popped first.
-        for mem, live_after, v, child in sorted(children, reverse=True):
-            visited[child] = max(f, mem)
-            came[child] = v
-            stack.append((child, live_after, space.next_ready(ready, child, v), max(f, mem)))
-    lower = tau + 1 if cut_off is None else cut_off
-    return SearchOutcome(EXHAUSTED, None, None, lower, expanded, time.perf_counter() - t0)
+        if bar is not None:
+            bar.update(_CLOCK_EVERY * len(runs))
+
+
+def _answer(space: SearchSpace, searches: list[_Budgeted], search: _Budgeted, status: str,
+            seconds: float) -> SearchOutcome:
+    expanded = sum(s.expanded for s in searches)
+    if status == EXHAUSTED:
+        lower = search.tau + 1 if search.cut_off is None else search.cut_off
+        return SearchOutcome(EXHAUSTED, None, None, lower, expanded, seconds)
+    ahead = {s.side is space: s for s in searches}
+    forward, backward = ahead.get(True), ahead.get(False)
+    end = search.end
+    prefix = [] if forward is None else _trace(forward.came, space.start, end)
+    suffix = [] if backward is None else space.reverse.order(backward.came, end)
+    order = prefix + suffix
+    return SearchOutcome(SOLVED, order, space.peak_of(order), 0, expanded, seconds)
 
 
 def descent(space: SearchSpace, upper_bound: int, deadline: float | None = None,

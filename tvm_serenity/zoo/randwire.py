@@ -21,6 +21,9 @@ model) and ``C = 40`` for CIFAR-10 (the paper's Table 1 has ~4x fewer weights, i
 the channels). The network is the small-regime layout adapted to 32x32 inputs: a 3x3 stem conv
 to ``C/2``, three stages at 32x32xC, 16x16x2C and 8x8x4C, a 1x1 conv to 1280, global pool and
 the classifier.
+
+:func:`randwire_stage_graph` also takes the generator's ``nodes`` and ``k`` (the scaling
+benchmark's cells of growing size and width: ``benchmarks/schedule_bench.py``).
 """
 
 from __future__ import annotations
@@ -46,9 +49,11 @@ def ws_dag(seed: int, nodes: int = NODES, k: int = NEIGHBOURS,
     return {v: sorted(ps) for v, ps in preds.items()}
 
 
-def stage(b: NetBuilder, x: str, channels: int, stride: int, seed: int, prefix: str) -> str:
-    """Append one RandWire stage reading ``x``; returns the stage output."""
-    preds = ws_dag(seed)
+def stage(b: NetBuilder, x: str, channels: int, stride: int, seed: int, prefix: str,
+          nodes: int = NODES, k: int = NEIGHBOURS) -> str:
+    """Append one RandWire stage (WS(nodes, k, 0.75)) reading ``x``; returns the stage
+    output."""
+    preds = ws_dag(seed, nodes, k)
     successors = {v: [w for w in preds if v in preds[w]] for v in preds}
     out: dict[int, str] = {}
     for v in sorted(preds):
@@ -70,11 +75,13 @@ def stage(b: NetBuilder, x: str, channels: int, stride: int, seed: int, prefix: 
     return b.scale(acc, name=f"{prefix}/out_mean") if len(sinks) > 1 else acc
 
 
-def randwire_stage_graph(name: str, hw: int, channels: int, seed: int) -> Graph:
-    """One stride-1 stage whose input has ``channels`` channels (a cell of the paper)."""
+def randwire_stage_graph(name: str, hw: int, channels: int, seed: int, nodes: int = NODES,
+                         k: int = NEIGHBOURS) -> Graph:
+    """One stride-1 stage whose input has ``channels`` channels (a cell of the paper; the
+    paper's generator is WS(32, 4, 0.75), ``nodes`` and ``k`` change its size and width)."""
     b = NetBuilder(name)
     x = b.input("x", (hw, hw, channels))
-    return b.build([stage(b, x, channels, 1, seed, "stage")])
+    return b.build([stage(b, x, channels, 1, seed, "stage", nodes, k)])
 
 
 def randwire_cifar_network(name: str, channels: int, classes: int,
