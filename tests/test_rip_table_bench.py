@@ -54,7 +54,15 @@ def test_report_counts_rows_at_and_below_the_paper():
     below = bench.Row(**{**vars(rows[0]), "paper": "fake", "arena": rows[0].paper_rip - 1})
     text = bench.report(rows + [below], None, quick=True, time_limit=10.0)
     assert "at or below the paper on 2 of 2 rows, strictly below on 1" in text
-    assert "| MCUNet-in0 | mcunet-10fps | 46,080 | 36,864 | 3,984 | 36,864 | equal |" in text
+    # in0 with fusion: b1's fused step holds the block input and b1/dw's output, both read off
+    # the graph (the expanded b1/expand never exists)
+    nodes = zoo.build("mcunet-10fps").nodes
+    fused = nodes["b0/project"].bytes + nodes["b1/dw"].bytes
+    assert rows[0].fused_arena == fused == 18_432 and rows[0].fused_layers == 1
+    assert "b1/dw (expand_depthwise_conv2d" in rows[0].fused_peak_step
+    assert ("| MCUNet-in0 | mcunet-10fps | 46,080 | 36,864 | 3,984 | 36,864 | equal | "
+            f"{fused:,} | {(fused - 36_864) / 36_864:+.1%} |") in text
+    assert "strictly below on 2; arena + scratch below" in text
     assert "| -0.0% |" in text            # the fake row, one byte below
     total_below = sum(r.arena + r.scratch < r.paper_rip + r.paper_buffer
                       for r in rows + [below])

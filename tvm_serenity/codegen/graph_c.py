@@ -67,7 +67,12 @@ operator whose TFLite constants it uses. The new nodes are emitted by their role
   slices, written into the shared output (multiplier 1: the depthwise kernel's own row loops,
   :meth:`.spec.LayerSpec.depthwise_slice`; otherwise :func:`.partial.depthwise_slice_prim_func`);
 * a pushed-down unary (RELU, RELU6, HARD_SWISH, LOGISTIC): the original operator's kernel
-  on one branch.
+  on one branch;
+* ``expand_depthwise_conv2d`` (role ``fused``: expand-depthwise fusion, ``of`` the
+  DEPTHWISE_CONV_2D, ``expand`` the 1x1 CONV_2D it reads): the depthwise kernel with the
+  expand conv fused in (:meth:`.spec.LayerSpec.expand_depthwise`): per channel, the expand
+  conv's output channel into the padded plane in ``scratch32``, then the depthwise channel
+  from it; input and output apart (dual layout), the expanded tensor never in the arena.
 
 An aliasing step (accumulate, slice_into, requantize, unary) runs on one address when the plan
 lays it out in place; when the plan keeps input and output apart, the accumulate/slice_into
@@ -128,7 +133,7 @@ from .ops import (FLOAT_MATH, OpKernel, add_kernel, arg_max_kernel, c_array, c_h
                   dequantize_kernel, float_quantize_kernel)
 from .partial import accumulator_requantize_prim_func, depthwise_slice_prim_func
 from .plain_c import emit_c_function, emit_c_kernel
-from .spec import AddRescale, CodegenError, LayerSpec, pack_conv2d_weight
+from .spec import AddRescale, CodegenError, ExpandConv, LayerSpec, pack_conv2d_weight
 
 __all__ = ["SUPPORTED_OPS", "REWRITE_ROLES", "IntegerCore", "Step", "IOTensor",
            "EmittedModel", "integer_core", "concat_is_copy", "emit_model"]
@@ -145,7 +150,8 @@ OUTPUT_TYPES = {"DEQUANTIZE": ("float32",), "SOFTMAX": ("float32",),
                 "LOG_SOFTMAX": ("float32",), "ARG_MAX": ("int32",)}
 #: Roles (``attrs["rewrite"]["role"]``) of identity-rewrite nodes the emitter generates code
 #: for; a pushed-down unary copy has no role ("pushdown" here).
-REWRITE_ROLES = ("partial", "accumulate", "requantize", "slice", "slice_into", "pushdown")
+REWRITE_ROLES = ("partial", "accumulate", "requantize", "slice", "slice_into", "pushdown",
+                 "fused")
 #: C element type of int32 accumulators in the byte arena (any offset; module docstring).
 ACC_TYPE = "serenity_acc32_t"
 _ACC_TYPEDEF = f"""\
@@ -375,8 +381,9 @@ class _Emitter:
         self.operator_of = _operator_of(graph, source_graph)
         missing = sorted({n for node in graph.nodes.values() if "rewrite" in node.attrs
                           for n in (node.attrs["rewrite"].get("of"),
-                                    node.attrs["rewrite"].get("concat"))
-                          if n not in self.operator_of})
+                                    node.attrs["rewrite"].get("concat"),
+                                    node.attrs["rewrite"].get("expand"))
+                          if n is not None and n not in self.operator_of})
         if missing:
             raise CodegenError(f"the graph's rewrite nodes refer to {missing}, which are not "
                                "operators of the graph; pass the graph before rewriting as "
@@ -571,12 +578,13 @@ class _Emitter:
         op = self.core.operator(self.operator_of[origin["of"]])
         expected = {"partial": ("CONV_2D",), "accumulate": ("CONV_2D",),
                     "requantize": ("CONV_2D",), "slice": ("DEPTHWISE_CONV_2D",),
-                    "slice_into": ("DEPTHWISE_CONV_2D",), "pushdown": ("RELU", "RELU6", "HARD_SWISH", "LOGISTIC")}[role]
+                    "slice_into": ("DEPTHWISE_CONV_2D",), "fused": ("DEPTHWISE_CONV_2D",),
+                    "pushdown": ("RELU", "RELU6", "HARD_SWISH", "LOGISTIC")}[role]
         if op.op not in expected:
             raise self.unsupported(op, f"rewrite node '{node.name}' ({role}) of a {op.op}: "
                                        f"only {' or '.join(expected)} is emitted")
-        concat = origin["concat"]
-        if concat not in self.checked_concats:
+        concat = origin.get("concat")
+        if concat is not None and concat not in self.checked_concats:
             cop = self.core.operator(self.operator_of[concat])
             if not concat_is_copy(self.core, cop):
                 raise self.unsupported(cop, "identity rewrites need a concatenation that only "
@@ -693,6 +701,47 @@ class _Emitter:
             statement = (f"memcpy({out}, {self.at(node.inputs[0])}, {node.bytes});\n    "
                          + statement)
         return kernel, "rip" if in_place else "dual", statement
+
+    def expand_depthwise(self, node, op, origin, in_place):
+        """expand_depthwise_conv2d: the 1x1 CONV_2D ``origin["expand"]`` fused into the
+        DEPTHWISE_CONV_2D ``op`` (its geometry from the node: folded padding included)."""
+        eop = self.core.operator(self.operator_of[origin["expand"]])
+        x = self.graph[node.inputs[0]]
+        ew = np.asarray(self.core.tensors[eop.inputs[1]].data)          # OHWI, 1x1
+        if eop.op != "CONV_2D" or ew.shape[1:3] != (1, 1) \
+                or self.tensor_node.get(eop.inputs[0]) != x.name:
+            raise self.unsupported(eop, f"rewrite node '{node.name}' fuses a 1x1 CONV_2D of "
+                                        f"'{x.name}', not this {eop.op}")
+        eparams, params = conv_params(self.core, eop), conv_params(self.core, op)
+        if eparams.stride != (1, 1) or any(eparams.padding) \
+                or eparams.requant.output_zero_point != params.input_zero_point:
+            raise self.unsupported(eop, f"rewrite node '{node.name}': the expand conv must be "
+                                        "1x1, stride 1, unpadded, feeding the depthwise")
+        if in_place:
+            raise CodegenError(f"the plan runs '{node.name}' in place; a fused expand-"
+                               "depthwise reads its input for every channel")
+        a, erq, rq = node.attrs, eparams.requant, params.requant
+        channels = int(node.shape[3])
+        spec = LayerSpec.expand_depthwise(
+            tuple(x.shape[1:]), channels, tuple(a["kernel"]), tuple(a["stride"]),
+            tuple(a.get("dilation", (1, 1))), tuple(a["padding"]),
+            expand=ExpandConv(int(x.shape[3]), eparams.input_zero_point, erq.act_min,
+                              erq.act_max),
+            input_zero_point=params.input_zero_point, output_zero_point=rq.output_zero_point,
+            act_min=rq.act_min, act_max=rq.act_max)
+        kernel = self.tir_kernel(spec, "dual")
+        c = _c_name(node.name)
+        w = self.core.tensors[op.inputs[1]].data
+        tables = [self.const(f"{c}_weight", "int8", w),
+                  self.const(f"{c}_bias", "int32", self.bias(op, channels)),
+                  self.const(f"{c}_multiplier", "int32", rq.multiplier),
+                  self.const(f"{c}_shift", "int32", rq.shift),
+                  self.const(f"{c}_expand_weight", "int8", ew),
+                  self.const(f"{c}_expand_bias", "int32", self.bias(eop, channels)),
+                  self.const(f"{c}_expand_multiplier", "int32", erq.multiplier),
+                  self.const(f"{c}_expand_shift", "int32", erq.shift)]
+        return kernel, "dual", _call(kernel, [self.at(x.name), self.output(node), *tables,
+                                              "scratch32"])
 
     def pushdown(self, node, op, origin, in_place):
         """A unary operator pushed into one branch of the concat: its kernel on the branch."""
@@ -1083,7 +1132,7 @@ assert set(_HANDLERS) == set(SUPPORTED_OPS)
 _REWRITE_HANDLERS = {"partial": _Emitter.conv_partial, "accumulate": _Emitter.conv_partial,
                      "requantize": _Emitter.conv_requantize,
                      "slice": _Emitter.depthwise_slice, "slice_into": _Emitter.depthwise_slice,
-                     "pushdown": _Emitter.pushdown}
+                     "pushdown": _Emitter.pushdown, "fused": _Emitter.expand_depthwise}
 assert set(_REWRITE_HANDLERS) == set(REWRITE_ROLES)
 
 
@@ -1144,8 +1193,11 @@ def _rewrite_lines(graph: Graph) -> list[str]:
         origin = node.attrs.get("rewrite")
         if origin and origin.get("role") in ("partial", "slice"):
             rewrites[origin["of"]] = (origin["pattern"], origin.get("steps", 0))
+    fused = [f" * Identity rewrite: {n.attrs['rewrite']['expand']} fused into {n.name}, "
+             "channel by channel." for n in graph.nodes.values()
+             if n.attrs.get("rewrite", {}).get("role") == "fused"]
     return [f" * Identity rewrite: {pattern} of {of} ({steps} partial steps over the inputs "
-            f"of its concat)." for of, (pattern, steps) in rewrites.items()]
+            f"of its concat)." for of, (pattern, steps) in rewrites.items()] + fused
 
 
 def emit_model(core: IntegerCore, graph: Graph, plan: ArenaPlan, *, opt_level: str | None = "O2",

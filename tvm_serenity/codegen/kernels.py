@@ -64,6 +64,17 @@ multiply-accumulates.
 Every write of channel ``c`` lands on an input element of channel ``c``, which is already in
 the plane.  Against the row order the extra work is one copy of the input into the plane.
 
+**depthwise_conv2d with a fused 1x1 expand** (``spec.expand``, dual layout): the channel-wise
+in-place structure above, whose plane interior is not a copy of the input but the expand
+conv's output channel ``c``, computed pixel by pixel with the conv kernel's integer math::
+
+    plane[pad_top + ih, pad_left + iw] = clamp(MBQM(expand_bias[c] + sum_k
+        expand_weight[c*C_e + k] * (input[(ih*W + iw)*C_e + k] - zp_e), ...) + zp_in)
+
+(``zp_in``, the depthwise input zero point, is the expand output's; the clamp is the expand
+conv's activation).  Each expanded element is computed once: the same multiply-accumulates as
+the two layers apart, and the expanded tensor never exists.
+
 Requantization is TFLite's ``MultiplyByQuantizedMultiplier`` with double rounding
 (:func:`requantize`), 32-bit only: its 64-bit product is assembled from 16-bit halves.  The
 same expression is emitted inline in every kernel and, through :func:`requantize_prim_func`,
@@ -337,7 +348,7 @@ def _emit_channelwise_kernel(spec: LayerSpec, x, y, buffers: dict):
     pad_top, pad_left = g.padding[0], g.padding[2]
     cols = spec.padded_width
     depthwise = op == "depthwise_conv2d"
-    channel_first = spec.inplace_kind == "channel"
+    channel_first = spec.plane_per_channel
     offset = -spec.input_zero_point if depthwise else 0
     pad = -128 if op == "max_pool2d" else 0
     scratch = buffers["scratch"]
@@ -380,8 +391,32 @@ def _emit_channelwise_kernel(spec: LayerSpec, x, y, buffers: dict):
             for kh in range(kh_n):
                 _store(wts, kw * kh_n + kh, _cast("int32", weight[(kh * kw_n + kw) * ch + c]))
 
+    def expand_plane(c):
+        """plane interior = the fused expand conv's output channel ``c`` (int8)."""
+        e = spec.expand
+        cin = e.in_channels
+        weight = buffers["expand_weight"]
+        bias = _let("eb", buffers["expand_bias"][c])
+        multiplier = _let("em", buffers["expand_multiplier"][c])
+        shift = _let("es", buffers["expand_shift"][c])
+        acc = _local("eacc")
+        base = _let("ebase", c * cin)
+        with _loop("ih", in_h) as ih:
+            with _loop("iw", in_w) as iw:
+                src = _let("src", (ih * in_w + iw) * cin)
+                _store(acc, 0, bias)
+                with _loop("k", cin) as k:
+                    _store(acc, 0, acc[0] + _cast("int32", weight[base + k])
+                           * (_cast("int32", x[src + k]) - e.input_zero_point))
+                _store_clamped(plane, (pad_top + ih) * cols + pad_left + iw,
+                               requantize(acc[0], multiplier, shift) + spec.input_zero_point,
+                               e.act_min, e.act_max)
+
     def load_plane(c):
-        """plane interior = input channel ``c`` (int8)."""
+        """plane interior = input channel ``c`` (int8), or the fused expand's channel."""
+        if spec.expand is not None:
+            expand_plane(c)
+            return
         with _loop("ih", in_h) as ih:
             src = _let("src", ih * in_w * ch + c)
             dst = _let("dst", (pad_top + ih) * cols + pad_left)
@@ -556,6 +591,7 @@ def default_kernel_name(spec: LayerSpec, layout: str) -> str:
     h, w, c = g.in_hwc
     variant = (f"_into{spec.output_slice[0]}of{spec.output_slice[1]}" if spec.output_slice
                else f"_{spec.partial}" if spec.partial
+               else f"_expand{spec.expand.in_channels}" if spec.expand
                else "_channelwise" if spec.inplace_kind == "channel" else "")
     return (f"{spec.op}_{g.kernel[0]}x{g.kernel[1]}s{g.stride[0]}x{g.stride[1]}"
             f"_{h}x{w}x{c}_to_{g.out_channels}{variant}_{layout}")

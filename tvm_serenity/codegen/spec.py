@@ -29,7 +29,21 @@ depthwise, ``output_  dual only: as depthwise_conv2d, ``output`` holding ``H_out
 slice``               channels (:meth:`LayerSpec.depthwise_slice`)
 conv2d, ``partial``   dual only: ``input, acc`` (int32, ``H_out*W_out*C_out``), ``weight``
                       (packed as for conv2d), ``scratch``
+depthwise, ``expand`` dual only: ``input`` (the expand conv's, ``H*W*C_e``), ``output``, the
+                      depthwise ``weight, bias, multiplier, shift``, then the expand conv's
+                      ``expand_weight`` (int8 ``C*C_e``, TFLite's OHWI of a 1x1),
+                      ``expand_bias, expand_multiplier, expand_shift`` (int32, ``C`` each),
+                      ``scratch`` (:meth:`LayerSpec.expand_depthwise`)
 ====================  ==========================================================================
+
+A depthwise_conv2d with ``expand`` set (an :class:`ExpandConv`) is the fused node of the
+expand-depthwise rewrite (:mod:`tvm_serenity.rewrite.patterns`): its geometry is the depthwise
+layer's (input ``H x W x C``), its input is the 1x1 expand conv's (``H x W x C_e``), and for
+each channel ``c`` the kernel computes the expand conv's output channel ``c`` (TFLite's
+per-channel conv arithmetic, ``input_zero_point`` of the expand conv, its requantization and
+clamp, ``+`` the depthwise input zero point, which is the expand output's) into the padded
+one-channel plane, then the depthwise channel ``c`` from it exactly as the channel-wise
+in-place kernel does from its copy of the input plane.
 
 A conv2d with ``partial`` set (``"assign"`` or ``"accumulate"``, :meth:`LayerSpec.
 conv2d_partial`) is one partial convolution of identity graph rewriting's channel-wise
@@ -179,6 +193,27 @@ class KernelParam:
 
 
 @dataclass(frozen=True)
+class ExpandConv:
+    """The 1x1 expand conv fused into a depthwise kernel: its input channels, input zero point
+    and activation clamp (its output zero point is the depthwise input zero point)."""
+
+    in_channels: int
+    input_zero_point: int = 0
+    act_min: int = INT8_MIN
+    act_max: int = INT8_MAX
+
+    def __post_init__(self):
+        for name in self.__dataclass_fields__:
+            object.__setattr__(self, name, _as_int(f"expand {name}", getattr(self, name)))
+        if self.in_channels < 1:
+            raise CodegenError(f"expand in_channels must be positive, got {self.in_channels}")
+        for name in ("input_zero_point", "act_min", "act_max"):
+            _check_int8(f"expand {name}", getattr(self, name))
+        if self.act_min > self.act_max:
+            raise CodegenError(f"expand act_min {self.act_min} exceeds act_max {self.act_max}")
+
+
+@dataclass(frozen=True)
 class LayerSpec:
     """One int8 layer to generate a kernel for; build it with the classmethods."""
 
@@ -192,6 +227,7 @@ class LayerSpec:
     workspace_bytes: int | None = None      # RiP workspace S; None means the minimum S*
     partial: str | None = None              # conv2d only: "assign" / "accumulate" int32 sums
     output_slice: tuple[int, int] | None = None   # depthwise only: (first channel, channels)
+    expand: ExpandConv | None = None        # depthwise only: the fused 1x1 expand conv
     rip: RipWorkspace = field(init=False, repr=False, compare=False)
     inplace_kind: str = field(init=False, repr=False, compare=False)   # "rip" or "channel"
 
@@ -237,6 +273,11 @@ class LayerSpec:
                                          or self.partial not in PARTIAL_MODES):
             raise CodegenError(f"partial must be one of {PARTIAL_MODES} on a conv2d, got "
                                f"{self.partial!r} on {self.op}")
+        if self.expand is not None and (self.op != "depthwise_conv2d" or not isinstance(
+                self.expand, ExpandConv) or self.output_slice is not None
+                or self.workspace_bytes is not None):
+            raise CodegenError("expand (an ExpandConv) fuses into a whole depthwise_conv2d "
+                               f"run apart from its input, got it on {self.op}")
         rip = rip_workspace_for_geometry(g)
         object.__setattr__(self, "rip", rip)
         kind = "rip"
@@ -291,6 +332,17 @@ class LayerSpec:
                    output_slice=(first_channel, out_channels), **quant)
 
     @classmethod
+    def expand_depthwise(cls, in_hwc, channels, kernel, stride=1, dilation=1,
+                         padding=(0, 0, 0, 0), *, expand: ExpandConv, **quant) -> "LayerSpec":
+        """A 1x1 conv ``in_hwc -> channels`` (``expand``) fused into the DEPTHWISE_CONV_2D
+        (multiplier 1) that reads it: the expanded tensor is computed one channel at a time into
+        the plane, never whole."""
+        h, w, _ = _geometry(in_hwc, 1, 1, 1, 1, (0, 0, 0, 0), 1).in_hwc
+        return cls("depthwise_conv2d", _geometry((h, w, channels), channels, kernel, stride,
+                                                 dilation, padding, channels),
+                   expand=expand, **quant)
+
+    @classmethod
     def pointwise_conv2d(cls, in_hwc, out_channels, **quant) -> "LayerSpec":
         """1x1, stride 1, unpadded CONV_2D (the kernel has no bounds checks at all)."""
         return cls.conv2d(in_hwc, out_channels, 1, **quant)
@@ -329,7 +381,17 @@ class LayerSpec:
     # ------------------------------------------------------------------ derived sizes
     @property
     def input_bytes(self) -> int:
-        return self.geometry.input_elements
+        g = self.geometry
+        if self.expand is not None:
+            return g.in_height * g.in_width * self.expand.in_channels
+        return g.input_elements
+
+    @property
+    def plane_per_channel(self) -> bool:
+        """The kernel runs channel-major through a padded one-channel plane: the channel-wise
+        in-place depthwise (a copy of the input channel) or the fused expand (its output
+        channel)."""
+        return self.inplace_kind == "channel" or self.expand is not None
 
     @property
     def output_bytes(self) -> int:
@@ -374,7 +436,7 @@ class LayerSpec:
         ``KH`` gathered input rows of one channel (``padded_width`` columns each), the
         channel's ``KH*KW`` weights (depthwise only) and the int8 output row
         (``W_out*C`` bytes), which the channel-wise in-place depthwise replaces by its int8
-        channel buffer (:attr:`channel_buffer_bytes`); ADD: none."""
+        channel buffer (:attr:`channel_buffer_bytes`), as does the fused expand; ADD: none."""
         g = self.geometry
         if self.op == "add":
             return 0
@@ -382,13 +444,14 @@ class LayerSpec:
             return self.window_elements + PACK * self.channel_blocks
         rows = self.padded_width * g.kernel[0]
         weights = g.kernel[0] * g.kernel[1] if self.op == "depthwise_conv2d" else 0
-        if self.inplace_kind == "channel":
+        if self.plane_per_channel:
             return rows + weights + -(-self.channel_buffer_bytes // 4)
         return rows + weights + -(-g.out_width * g.out_channels // 4)
 
     @property
     def channel_buffer_bytes(self) -> int:
-        """The int8 padded input plane of the channel-wise in-place depthwise kernel."""
+        """The int8 padded input plane of the channel-wise in-place depthwise kernel and of the
+        fused expand-depthwise kernel."""
         return channel_buffer_bytes(self.geometry)
 
     @property
@@ -436,6 +499,9 @@ def kernel_params(spec: LayerSpec, layout: str) -> tuple[KernelParam, ...]:
         raise CodegenError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     if spec.output_slice is not None and layout != "dual":
         raise CodegenError("a depthwise slice writes into a wider output: dual layout only")
+    if spec.expand is not None and layout != "dual":
+        raise CodegenError("a fused expand-depthwise reads its input for every channel: dual "
+                           "layout only")
     if spec.partial is not None:
         if layout != "dual":
             raise CodegenError("a partial conv2d writes an int32 accumulator: dual layout only")
@@ -457,6 +523,12 @@ def kernel_params(spec: LayerSpec, layout: str) -> tuple[KernelParam, ...]:
                    KernelParam("bias", "int32", channels, False),
                    KernelParam("multiplier", "int32", channels, False),
                    KernelParam("shift", "int32", channels, False)]
+    if spec.expand is not None:
+        channels = spec.geometry.out_channels
+        params += [KernelParam("expand_weight", "int8", channels * spec.expand.in_channels,
+                               False)]
+        params += [KernelParam(f"expand_{name}", "int32", channels, False)
+                   for name in ("bias", "multiplier", "shift")]
     return tuple(params + [KernelParam("scratch", "int32", spec.scratch_elements, True)])
 
 

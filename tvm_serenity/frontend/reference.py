@@ -76,6 +76,7 @@ __all__ = [
     "SoftmaxParams", "conv_requant", "add_params", "mul_requant", "hard_swish_params",
     "logistic_params", "softmax_params", "softmax_tables", "table_of",
     "quantize", "dequantize", "requantize_int8", "conv2d_int8", "depthwise_conv2d_int8",
+    "expand_depthwise_int8",
     "fully_connected_int8", "add_int8", "mul_int8", "mean_int8", "average_pool_int8",
     "max_pool_int8", "pad", "resize_nearest_neighbor", "hard_swish_int8", "logistic_int8",
     "softmax_int8", "relu_int8", "relu6_int8", "fully_connected_accumulate",
@@ -439,6 +440,16 @@ def depthwise_conv2d_int8(x: np.ndarray, weights: np.ndarray, bias: np.ndarray |
     if bias is not None:
         acc = acc + bias.astype(np.int64)
     return p.requant(_wrap(acc))
+
+
+def expand_depthwise_int8(x: np.ndarray, expand_weights: np.ndarray,
+                          expand_bias: np.ndarray | None, expand_params: ConvParams,
+                          weights: np.ndarray, bias: np.ndarray | None,
+                          p: ConvParams) -> np.ndarray:
+    """The fused node of the expand-depthwise rewrite (:mod:`tvm_serenity.rewrite.patterns`):
+    by definition the 1x1 CONV_2D and then the DEPTHWISE_CONV_2D, each its reference kernel."""
+    return depthwise_conv2d_int8(conv2d_int8(x, expand_weights, expand_bias, expand_params),
+                                 weights, bias, p)
 
 
 def fully_connected_accumulate(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None,

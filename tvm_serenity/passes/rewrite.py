@@ -61,13 +61,17 @@ from ..codegen.partial import conv2d_partial_prim_func, depthwise_slice_prim_fun
 from ..frontend.relax_import import kernel_function, lookup_table
 from ..graph import INPUT_OP, Graph
 from ..rewrite import CHANNEL, KERNEL, UNARY, find_candidates, rewrite_graph
+
+#: The rewrite kinds this pass replays. Expand-depthwise fusion (``rewrite.FUSE``) is not one:
+#: it needs a fused kernel in Relax, so the graph search is never offered it here.
+KINDS = (CHANNEL, KERNEL)
 from ..schedule import METHODS
 from .convert import (ConversionError, PassError, block_graph, is_op, relax_functions,
                       with_blocks)
 from .pipeline import BEFORE_LEGALIZE
 from .kernel_spec import conv_kernel_constants, conv_kernel_spec
 
-__all__ = ["IdentityGraphRewrite", "RewriteReport", "BlockRewrite", "REPORT_ATTR"]
+__all__ = ["IdentityGraphRewrite", "RewriteReport", "BlockRewrite", "REPORT_ATTR", "KINDS"]
 
 REPORT_ATTR = "serenity.rewrite"
 
@@ -418,11 +422,11 @@ class IdentityGraphRewrite:
             report.blocks.append(BlockRewrite(fname, index, 0, skipped=str(err)))
             return block
         graph, kernels = _annotated(bg.graph, bg, mod, report, fname)
-        candidates = find_candidates(graph)
+        candidates = find_candidates(graph, KINDS)
         if not candidates:
             return block
         result = rewrite_graph(graph, inplace=True, time_limit=self.time_limit,
-                               method=self.method, requantize_inplace=False)
+                               method=self.method, requantize_inplace=False, kinds=KINDS)
         applied = tuple({"pattern": p, "nodes": list(nodes)} for p, nodes in result.applied)
         report.blocks.append(BlockRewrite(fname, index, len(candidates), applied,
                                           result.peak_before, result.peak_after,

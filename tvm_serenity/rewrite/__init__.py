@@ -4,7 +4,9 @@
   rewrites, **channel-wise partitioning** (partial convolutions accumulated in one int32
   buffer, requantized once) and **kernel-wise partitioning** (depthwise slices written straight
   into the output: a free concat), both bit-identical in int8 and expressed with the graph IR's
-  own in-place semantics, so the one memory model prices them;
+  own in-place semantics, so the one memory model prices them; and **expand-depthwise
+  fusion** (a 1x1 expand conv computed channel by channel into a one-channel plane that its
+  depthwise consumer reads: the expanded tensor never exists);
 * :mod:`.search`: :func:`rewrite_graph` keeps a rewrite only when the exact scheduler's peak
   drops.
 
@@ -12,10 +14,12 @@ Every node a rewrite creates records its origin in ``attrs["rewrite"]`` for the 
 that replays the decisions.
 """
 
-from .patterns import (ACCUMULATOR_BYTES, CHANNEL, KERNEL, UNARY, Branch, Candidate,
-                       apply_rewrite, concat_branches, find_candidates)
+from .patterns import (ACCUMULATOR_BYTES, CHANNEL, FUSE, FUSED_OP, KERNEL, PATTERNS, UNARY,
+                       Branch, Candidate, Fusion, apply_rewrite, concat_branches,
+                       find_candidates)
 from .search import RewriteResult, Trial, accumulation_order, rewrite_graph
 
-__all__ = ["CHANNEL", "KERNEL", "UNARY", "ACCUMULATOR_BYTES", "Branch", "Candidate",
+__all__ = ["CHANNEL", "KERNEL", "UNARY", "FUSE", "FUSED_OP", "PATTERNS", "ACCUMULATOR_BYTES",
+           "Branch", "Candidate", "Fusion",
            "concat_branches", "find_candidates", "apply_rewrite", "accumulation_order",
            "Trial", "RewriteResult", "rewrite_graph"]

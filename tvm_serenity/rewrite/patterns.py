@@ -1,4 +1,5 @@
-"""Identity rewrites of ``concat -> conv`` and ``concat -> depthwise`` on the graph IR.
+"""Identity rewrites of ``concat -> conv``, ``concat -> depthwise`` and ``1x1 expand ->
+depthwise`` on the graph IR.
 
 What is matched
 ---------------
@@ -69,6 +70,29 @@ activation entries, which move to the requantize (channel-wise) or stay on every
 (kernel-wise, each slice requantizes its own channels; its ``groups`` is its channel count).
 A pushdown copy is ``"alias"`` when the original unary op was, else plain.
 
+Expand-depthwise fusion (``FUSE``)
+----------------------------------
+A :class:`Fusion` is a 1x1 ``conv2d`` ``e`` (stride 1, no padding, one group, int8 or uint8)
+whose only reader is a ``depthwise_conv2d`` ``d`` with channel multiplier 1 (``e`` is no graph
+output). Depthwise channel ``c`` reads only channel ``c`` of ``e``'s output, and that channel is
+``e``'s output channel ``c`` alone (the dot over ``e``'s input channels, bias, per-channel
+requantization, ``e``'s clamp: per output channel), so computing, for ``c = 0 .. C-1``, the
+whole plane ``e[:, :, c]`` into a one-channel buffer and then ``d``'s channel ``c`` from it
+gives every output element with exactly the integer operations of the two kernels in sequence:
+bit-identical, the same multiply-accumulates (each expanded element is computed once). ``d``'s
+padding taps read ``e``'s output zero point, which is what its padding means. The rewrite is
+one node::
+
+    d = expand_depthwise_conv2d(x)        plain: x = e's input, bytes(d); x is read for every
+                                          channel, so it is never overwritten
+
+with ``d``'s name, geometry and activation, ``attrs["expand"]`` = ``e``'s output channels and
+activation, and ``attrs["rewrite"]`` = ``{"pattern": FUSE, "of": d, "expand": e, "role":
+"fused"}``. ``e``'s output never exists: the step costs ``bytes(x) + bytes(d)`` where the pair
+cost ``bytes(x) + bytes(e)`` and then (in place) ``max(bytes(e), bytes(d))``. The one-channel
+plane is kernel scratch outside the arena (:attr:`tvm_serenity.codegen.spec.LayerSpec.
+channel_buffer_bytes`), like the channel-wise in-place depthwise kernel's.
+
 Attributes relied on
 --------------------
 ``op`` names ``concatenation``/``concat``, ``conv2d`` (``attrs["groups"]``, default 1) and
@@ -86,12 +110,18 @@ from typing import Sequence
 
 from ..graph import Graph, GraphError, Node, unique_name
 
-__all__ = ["CHANNEL", "KERNEL", "UNARY", "CONCAT_OPS", "PUSHABLE_OPS", "ACCUMULATOR_BYTES",
-           "Branch", "Candidate", "concat_branches", "find_candidates", "apply_rewrite"]
+__all__ = ["CHANNEL", "KERNEL", "UNARY", "FUSE", "PATTERNS", "FUSED_OP", "CONCAT_OPS",
+           "PUSHABLE_OPS", "ACCUMULATOR_BYTES", "Branch", "Candidate", "Fusion",
+           "concat_branches", "find_candidates", "apply_rewrite"]
 
 CHANNEL = "channel_partition"
 KERNEL = "kernel_partition"
 UNARY = "unary_pushdown"
+FUSE = "expand_depthwise"
+#: The rewrites :func:`find_candidates` can offer (``UNARY`` is a part of the first two).
+PATTERNS = (CHANNEL, KERNEL, FUSE)
+#: The op of the node an expand-depthwise fusion makes.
+FUSED_OP = "expand_depthwise_conv2d"
 
 CONCAT_OPS = frozenset({"concatenation", "concat"})
 #: Elementwise, one input, per-tensor parameters: commute with a same-quantization concat
@@ -128,6 +158,20 @@ class Candidate:
     def nodes(self) -> tuple[str, ...]:
         """The original nodes of the pattern, concat first."""
         return (self.concat, *self.unary, self.consumer)
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """``consumer(expand(x))`` with a 1x1 ``expand`` conv and a depthwise ``consumer``."""
+
+    expand: str
+    consumer: str
+    pattern: str = FUSE
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """The original nodes, the expand conv first."""
+        return (self.expand, self.consumer)
 
 
 def _elements(node: Node) -> int | None:
@@ -198,9 +242,36 @@ def _match(graph: Graph, y: Node) -> Candidate | None:
     return Candidate(pattern, src.name, tuple(unary), y.name)
 
 
-def find_candidates(graph: Graph) -> list[Candidate]:
-    """Every rewritable consumer, in stored order."""
-    return [c for c in (_match(graph, y) for y in graph.nodes.values()) if c is not None]
+def _match_fusion(graph: Graph, d: Node) -> Fusion | None:
+    if d.op != "depthwise_conv2d" or len(d.inputs) != 1 or d.shape is None:
+        return None
+    e = graph[d.inputs[0]]
+    a = e.attrs
+    if e.op != "conv2d" or a.get("groups", 1) != 1 or list(a.get("kernel", ())) != [1, 1] \
+            or list(a.get("stride", ())) != [1, 1] or any(a.get("padding", (0,))) \
+            or len(e.inputs) != 1 or e.dtype not in _QUANTIZED or d.dtype not in _QUANTIZED \
+            or e.shape is None or len(e.shape) != 4 or e.name in graph.outputs \
+            or d.shape[3] != e.shape[3] \
+            or sum(e.name in n.inputs for n in graph.nodes.values()) != 1:
+        return None
+    return Fusion(e.name, d.name)
+
+
+def find_candidates(graph: Graph, kinds=PATTERNS) -> list[Candidate | Fusion]:
+    """Every rewritable consumer of the patterns in ``kinds``, in stored order (a consumer
+    matching both a concat pattern and ``FUSE``, i.e. none, would be offered twice)."""
+    unknown = sorted(set(kinds) - set(PATTERNS))
+    if unknown:
+        raise GraphError(f"rewrite kinds {unknown} are not known (known: {', '.join(PATTERNS)})")
+    found: list[Candidate | Fusion] = []
+    for y in graph.nodes.values():
+        c = _match(graph, y)
+        if c is not None and c.pattern in kinds:
+            found.append(c)
+        f = _match_fusion(graph, y) if FUSE in kinds else None
+        if f is not None:
+            found.append(f)
+    return found
 
 
 class _Builder:
@@ -251,7 +322,25 @@ def _without(attrs, keys) -> dict:
     return {k: v for k, v in attrs.items() if k not in keys and k != "rewrite"}
 
 
-def apply_rewrite(graph: Graph, candidate: Candidate, order: Sequence[int] | None = None,
+def _apply_fusion(graph: Graph, fusion: Fusion) -> Graph:
+    if fusion.consumer not in graph.nodes or _match_fusion(graph, graph[fusion.consumer]) \
+            != fusion:
+        raise GraphError(f"node '{fusion.consumer}': no longer matches the {FUSE} pattern of "
+                         f"conv '{fusion.expand}'")
+    e, d = graph[fusion.expand], graph[fusion.consumer]
+    attrs = {**_without(d.attrs, ("in_shape", "in_shapes")),
+             "in_shape": list(e.shape),
+             "expand": {"channels": e.shape[3], "activation": e.attrs.get("activation")},
+             "rewrite": {"pattern": FUSE, "of": d.name, "expand": e.name, "role": "fused"}}
+    b = _Builder(graph)
+    b.order.remove(e.name)
+    del b.nodes[e.name]
+    b.add(Node(d.name, FUSED_OP, e.inputs, d.bytes, d.shape, d.dtype, attrs), replace=True)
+    return Graph([b.nodes[n] for n in b.order], graph.outputs, graph.name)
+
+
+def apply_rewrite(graph: Graph, candidate: Candidate | Fusion,
+                  order: Sequence[int] | None = None,
                   accumulator_bytes: int = ACCUMULATOR_BYTES,
                   requantize_inplace: bool = True) -> Graph:
     """``graph`` with ``candidate`` rewritten (module docstring); ``order`` is the order in
@@ -262,7 +351,10 @@ def apply_rewrite(graph: Graph, candidate: Candidate, order: Sequence[int] | Non
     paper's accounting, for what-if comparisons only. ``requantize_inplace=False`` makes the
     channel-wise requantize a plain node (the int8 result in a buffer of its own, the
     accumulator freed after it): how a target without in-place type-changing calls runs it
-    (Relax on the host, see :mod:`tvm_serenity.passes.rewrite`)."""
+    (Relax on the host, see :mod:`tvm_serenity.passes.rewrite`). A :class:`Fusion` takes
+    none of these (module docstring)."""
+    if isinstance(candidate, Fusion):
+        return _apply_fusion(graph, candidate)
     found = _match(graph, graph[candidate.consumer]) if candidate.consumer in graph.nodes \
         else None
     if found != candidate:

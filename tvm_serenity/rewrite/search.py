@@ -4,9 +4,10 @@ Algorithm (greedy, each trial judged by one scheduler call)
 -----------------------------------------------------------
 1. Schedule the graph (``serenity``: divide and conquer + exact search); its peak is the
    incumbent ``P``.
-2. Group the candidates (:func:`.patterns.find_candidates`) by concat. For each concat, in
-   stored order, the trial units are: all its rewritable consumers together, then, when there
-   are several, each one alone. Rewriting every reader of a concat is what lets the concat (and
+2. Group the candidates (:func:`.patterns.find_candidates`, of the pattern ``kinds`` asked
+   for) by concat (an expand-depthwise fusion is a group of its own, keyed by its expand conv).
+   For each group, in stored order, the trial units are: all its rewritable consumers
+   together, then, when there are several, each one alone. Rewriting every reader of a concat is what lets the concat (and
    the unary chain after it) disappear; rewriting one reader only may still pay when the others
    need the concat late. A unit whose consumers were already rewritten is skipped.
 3. A trial applies the unit to the current graph (:func:`.patterns.apply_rewrite`, inputs
@@ -34,8 +35,8 @@ from dataclasses import dataclass, field
 
 from ..graph import Graph
 from ..schedule import Deadline, ScheduleResult, schedule
-from .patterns import (ACCUMULATOR_BYTES, Candidate, apply_rewrite, concat_branches,
-                       find_candidates)
+from .patterns import (ACCUMULATOR_BYTES, PATTERNS, Candidate, Fusion, apply_rewrite,
+                       concat_branches, find_candidates)
 
 __all__ = ["Trial", "RewriteResult", "rewrite_graph", "accumulation_order"]
 
@@ -44,7 +45,7 @@ __all__ = ["Trial", "RewriteResult", "rewrite_graph", "accumulation_order"]
 class Trial:
     """One scheduler call: ``candidates`` applied on top of the rewrites kept before it."""
 
-    candidates: tuple[Candidate, ...]
+    candidates: tuple[Candidate | Fusion, ...]
     peak_bytes: int
     optimal: bool
     kept: bool
@@ -80,18 +81,20 @@ class RewriteResult:
                 "seconds": round(self.seconds, 6)}
 
 
-def accumulation_order(graph: Graph, candidate: Candidate, order) -> list[int]:
+def accumulation_order(graph: Graph, candidate: Candidate | Fusion, order) -> list[int] | None:
     """Concat input indices sorted by when ``order`` (a schedule of ``graph``) computes them;
-    graph inputs first, ties in concat order."""
+    graph inputs first, ties in concat order (None for a fusion: nothing to order)."""
+    if isinstance(candidate, Fusion):
+        return None
     step = {name: k for k, name in enumerate(order)}
     branches = concat_branches(graph, candidate.concat)
     return sorted(range(len(branches)), key=lambda i: step.get(branches[i].source, -1))
 
 
-def _units(candidates: list[Candidate]) -> list[tuple[Candidate, ...]]:
-    by_concat: dict[str, list[Candidate]] = {}
+def _units(candidates: list[Candidate | Fusion]) -> list[tuple[Candidate | Fusion, ...]]:
+    by_concat: dict[str, list[Candidate | Fusion]] = {}
     for c in candidates:
-        by_concat.setdefault(c.concat, []).append(c)
+        by_concat.setdefault(c.nodes[0], []).append(c)
     units = []
     for group in by_concat.values():
         units.append(tuple(group))
@@ -103,8 +106,11 @@ def _units(candidates: list[Candidate]) -> list[tuple[Candidate, ...]]:
 def rewrite_graph(graph: Graph, inplace: bool = True,
                   time_limit: Deadline | float | None = None, method: str = "serenity",
                   accumulator_bytes: int = ACCUMULATOR_BYTES,
-                  requantize_inplace: bool = True) -> RewriteResult:
+                  requantize_inplace: bool = True, kinds=PATTERNS) -> RewriteResult:
     """Rewrite ``graph`` where it lowers the scheduler's peak (module docstring).
+
+    ``kinds``: the patterns offered (:data:`.patterns.PATTERNS`; a consumer of what is
+    rewritten that cannot run a kind leaves it out, e.g. the Relax pass offers no fusion).
 
     ``time_limit`` bounds the whole search (seconds or a Deadline; None: 60 s); ``method`` is
     the scheduling method judging the trials (an exact one, so that "lower" means a lower
@@ -113,7 +119,7 @@ def rewrite_graph(graph: Graph, inplace: bool = True,
     """
     t0 = time.perf_counter()
     deadline = Deadline.of(time_limit)
-    units = _units(find_candidates(graph))
+    units = _units(find_candidates(graph, kinds))
     before = schedule(graph, method, inplace=inplace,
                       time_limit=deadline.share(1 / (len(units) + 1)))
     current, best = graph, before
@@ -122,7 +128,7 @@ def rewrite_graph(graph: Graph, inplace: bool = True,
     tried: dict[tuple[Candidate, ...], int] = {}     # unit -> incumbent peak it was tried at
     while not deadline.expired():
         kept_any = False
-        candidates = find_candidates(current)
+        candidates = find_candidates(current, kinds)
         available = set(candidates)                 # shrinks as kept rewrites consume them
         units = _units(candidates)
         for k, unit in enumerate(units):
@@ -143,7 +149,7 @@ def rewrite_graph(graph: Graph, inplace: bool = True,
             if kept:
                 current, best, kept_any = trial_graph, result, True
                 applied.extend((c.pattern, c.nodes) for c in unit)
-                available = set(find_candidates(current))
+                available = set(find_candidates(current, kinds))
         if not kept_any:
             break
     return RewriteResult(current, applied, before.peak_bytes, best.peak_bytes, best, before,
