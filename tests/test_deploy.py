@@ -193,6 +193,7 @@ def test_chain_model_bit_exact_on_host(tmp_path, rip, planner, int8_core):
 
 SINGLE_OP_CASES = ["conv3x3_same_s2_odd", "conv5x3_valid_s2x1", "conv_dilated",
                    "conv1x1_per_tensor", "depthwise_5x5_dilated", "fc_per_channel_batched",
+                   "fc_batched_in_place",
                    "mean_hw_keep", "avg_pool_global", "max_pool_same",
                    "padv2", "pad_then_depthwise"]
 
@@ -202,7 +203,10 @@ SINGLE_OP_CASES = ["conv3x3_same_s2_odd", "conv5x3_valid_s2x1", "conv_dilated",
 def test_single_operator_bit_exact_on_host(tmp_path, case):
     """One operator over the graph input: in place whenever the memory model allows it."""
     path = _write(tmp_path, case, SINGLE_OP_MODELS[case]())
-    compile_tflite(path, "host", tmp_path / "out")
+    compiled = compile_tflite(path, "host", tmp_path / "out")
+    if case.startswith("fc_"):      # the row gather (int16 scratch) exactly when in place
+        assert bool(compiled.plan.inplace) == (case == "fc_batched_in_place")
+        assert ("int16_t scratch16[" in compiled.emitted.model_c) == bool(compiled.plan.inplace)
     n = load_plan(tmp_path / "out")["inputs"][0]["bytes"]
     for seed in (1, 2):
         x = np.random.default_rng(seed).integers(-128, 128, n, dtype=np.int8)

@@ -59,6 +59,8 @@ NOT_RUN = {
     ".venv/bin/python -m benchmarks.rewrite_bench --write": f"{BENCH}; runs with --quick "
                                                             "instead of --write below",
     ".venv/bin/python -m benchmarks.tvm_bench --write": BENCH,
+    ".venv/bin/python -m benchmarks.rip_table_bench --write": f"{BENCH} (what it runs: "
+                                                              "test_rip_table_bench.py)",
     ".venv/bin/python -m benchmarks.deploy_bench --write": BENCH,
     ".venv/bin/python -m benchmarks.tflm_export_bench --write": "rewrites BENCHMARKS.md "
                                                                 "(what it runs: "

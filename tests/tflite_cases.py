@@ -226,6 +226,7 @@ SINGLE_OP_MODELS = {
                                            (2, 2), "VALID", "NONE", seed=8),
     "fc_per_tensor": lambda: _fully_connected(1, 40, 10, per_channel=False),
     "fc_per_channel_batched": lambda: _fully_connected(3, 24, 7, per_channel=True, seed=1),
+    "fc_batched_in_place": lambda: _fully_connected(64, 16, 16, per_channel=True, seed=2),
     "add_same_shape_relu6": lambda: _binary("ADD", SQ, SQ, (0.05, -3), (0.11, 7), (0.1, -20),
                                             "RELU6"),
     "add_broadcast": lambda: _binary("ADD", SQ, (1, 1, 1, 10), (0.05, -3), (0.02, 1),

@@ -862,12 +862,13 @@ class _Emitter:
         act_min, act_max = activation_range(activation, so, zo)
         c = _c_name(node.name)
         kernel = self.op_kernel(fully_connected_kernel(c, x.size // depth, depth,
-                                                       units, zi, zo, act_min, act_max))
+                                                       units, zi, zo, act_min, act_max,
+                                                       gather=in_place))
         args = [x_ptr, self.output(node),
                 self.const(f"{c}_weight", "int8", w.data),
                 self.const(f"{c}_bias", "int32", self.bias(op, units)),
                 self.const(f"{c}_multiplier", "int32", multiplier),
-                self.const(f"{c}_shift", "int32", shift), "scratch16"]
+                self.const(f"{c}_shift", "int32", shift)] + (["scratch16"] if in_place else [])
         return kernel, "rip" if in_place else "dual", _call(kernel, args)
 
     def transpose(self, node, op, in_place):

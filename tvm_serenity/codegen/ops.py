@@ -181,29 +181,38 @@ static void {name}(const int8_t *input, int8_t *output, int32_t *acc) {{
 
 
 def fully_connected_kernel(name: str, rows: int, depth: int, units: int, input_zero_point: int,
-                           output_zero_point: int, act_min: int, act_max: int) -> OpKernel:
+                           output_zero_point: int, act_min: int, act_max: int,
+                           gather: bool) -> OpKernel:
     """``reference_integer_ops::FullyConnected[PerChannel]`` as TFLM runs it: per row, ``acc =
     bias[u] + sum_d weight[u*depth + d] * (x[d] - zp_in)``, requantized with the per-unit
     ``multiplier``/``shift`` arrays. Parameters after ``output``: ``weight`` (int8, units x
-    depth), ``bias``, ``multiplier``, ``shift`` (int32, units each), ``scratch`` (int16,
-    depth)."""
+    depth), ``bias``, ``multiplier``, ``shift`` (int32, units each) and, with ``gather`` (the
+    in-place layout, where a row's outputs overwrite it), ``scratch`` (int16, depth): the row
+    is gathered there (x - zero point) before any of its outputs is written."""
     if min(rows, depth, units) < 1:
         raise CodegenError(f"{name}: empty FULLY_CONNECTED ({rows}x{depth} -> {units})")
     _check_int8(name, input_zero_point, output_zero_point, act_min, act_max)
-    source = f"""\
-/* FULLY_CONNECTED: {rows} row(s) of {depth} -> {units} units; each row is gathered into
- * scratch (x - zero point) before its outputs are written. */
-static void {name}(const int8_t *input, int8_t *output, const int8_t *weight,
-                   const int32_t *bias, const int32_t *multiplier, const int32_t *shift,
-                   int16_t *scratch) {{
-    for (int32_t r = 0; r < {rows}; ++r) {{
-        for (int32_t d = 0; d < {depth}; ++d) {{
+    if gather:
+        note, scratch = "each row is gathered into\n * scratch (x - zero point) before its " \
+                        "outputs are written", ",\n                   int16_t *scratch"
+        load = f"""        for (int32_t d = 0; d < {depth}; ++d) {{
             scratch[d] = (int16_t)(input[r * {depth} + d] {_plus(-input_zero_point)});
         }}
-        for (int32_t u = 0; u < {units}; ++u) {{
+"""
+    else:
+        note, scratch = "input and output\n * apart (no gather)", ""
+        load = f"""        const int8_t *x = input + r * {depth};
+"""
+    term = "scratch[d]" if gather else f"((int32_t)x[d] {_plus(-input_zero_point)})"
+    source = f"""\
+/* FULLY_CONNECTED: {rows} row(s) of {depth} -> {units} units; {note}. */
+static void {name}(const int8_t *input, int8_t *output, const int8_t *weight,
+                   const int32_t *bias, const int32_t *multiplier, const int32_t *shift{scratch}) {{
+    for (int32_t r = 0; r < {rows}; ++r) {{
+{load}        for (int32_t u = 0; u < {units}; ++u) {{
             const int8_t *w = weight + u * {depth};
             int32_t acc = bias[u];
-            for (int32_t d = 0; d < {depth}; ++d) acc += (int32_t)w[d] * scratch[d];
+            for (int32_t d = 0; d < {depth}; ++d) acc += (int32_t)w[d] * {term};
             output[r * {units} + u] = serenity_clamp(
                 serenity_mbqm(acc, multiplier[u], shift[u]) {_plus(output_zero_point)},
                 {act_min}, {act_max});
@@ -211,7 +220,7 @@ static void {name}(const int8_t *input, int8_t *output, const int8_t *weight,
     }}
 }}
 """
-    return OpKernel(name, source, scratch16=depth)
+    return OpKernel(name, source, scratch16=depth if gather else 0)
 
 
 def _pad4(shape) -> tuple[int, int, int, int]:

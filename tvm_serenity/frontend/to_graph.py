@@ -19,10 +19,12 @@ op-specific geometry below. Op names follow :mod:`tvm_serenity.zoo`: ``conv2d``,
 The model is first checked by :func:`.reference.validate` (what TFLite Micro's ``Prepare``
 refuses is refused here, naming the operator), so the geometry read below is consistent.
 
-In-place flags (graph IR semantics, docs/rip.md): convolutions, depthwise convolutions, pooling,
-global MEAN (axes 1 and 2) and FULLY_CONNECTED get ``inplace = inplace_workspace_bytes(...)``
-(the one rule of :mod:`tvm_serenity.rip`: the Right In-Place workspace, or the zero-gap
-channel-wise kind for a depthwise convolution; pooling and MEAN as depthwise windows);
+In-place flags (graph IR semantics, docs/rip.md): convolutions, depthwise convolutions, pooling
+and global MEAN (axes 1 and 2) get ``inplace = inplace_workspace_bytes(...)`` (the one rule of
+:mod:`tvm_serenity.rip`: the Right In-Place workspace, or the zero-gap channel-wise kind for a
+depthwise convolution; pooling and MEAN as depthwise windows); FULLY_CONNECTED gets
+``fully_connected_inplace_bytes(...)`` (in place only where the arena saving beats the row
+gather it needs in place, so never for a single row);
 elementwise operators whose first input has the output's exact size (ADD, MUL, RELU, RELU6,
 HARD_SWISH, LOGISTIC, SOFTMAX and LOG_SOFTMAX of int8 or float32, int8->int8 QUANTIZE) are ``"alias"``; a float32 <-> int8
 QUANTIZE / DEQUANTIZE gets the workspace ``max(in, out)`` bytes (the int8 tensor at its start
@@ -49,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from ..graph import Graph, Node
-from ..rip import inplace_workspace_bytes
+from ..rip import fully_connected_inplace_bytes, inplace_workspace_bytes
 from .reference import same_padding, validate
 from ..text import counted
 from .tflite_model import Operator, TFLiteModel, UnsupportedOperatorError, load_tflite
@@ -265,6 +267,5 @@ def _simple_inplace(model: TFLiteModel, op: Operator, acts, out) -> str | int | 
     if op.op == "FULLY_CONNECTED":
         units = model.tensors[op.inputs[1]].shape[0]
         rows = out.size // units           # batches: one "pixel" per input row
-        return inplace_workspace_bytes("fully_connected", (rows, 1, first.size // rows), units,
-                                       (1, 1), elem_bytes=out.itemsize)
+        return fully_connected_inplace_bytes(rows, first.size // rows, units, out.itemsize)
     return None

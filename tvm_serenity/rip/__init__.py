@@ -3,7 +3,9 @@
 * ``workspace``: the O(kernel) closed form of the minimum corruption-free workspace ``S*``
   (``rip_workspace_bytes`` is the stable entry point), the validated layer description, and
   the channel-wise in-place kind of depthwise layers with the one rule that picks a layer's
-  kind (``choose_inplace``; ``inplace_workspace_bytes`` is what graph builders record).
+  kind (``choose_inplace``; ``inplace_workspace_bytes`` is what graph builders record), and
+  whether a FULLY_CONNECTED runs in place at all (``fully_connected_inplace_bytes``: only
+  where the arena saving beats its row gather).
 * ``reference``: the two independent checks, a brute-force ``max_q D(q)`` and a tagged-cell
   corruption simulator with a binary search for the smallest safe workspace, and the
   channel-wise kind's tagged-cell simulator.
@@ -19,7 +21,8 @@ from .herringbone import (TABLE2_ROWS, critical_leg, gural_murmann_gap, herringb
 from .reference import (ChannelSimulator, Corruption, CorruptionSimulator, SimulationResult,
                         TraversalPhase, brute_force_max_debt, brute_force_min_workspace,
                         min_safe_workspace_by_search, receptive_field_reads, simulate_rip)
-from .workspace import (CHANNEL_KIND_OPS, INPLACE_KINDS, ConvGeometry, InPlaceChoice,
+from .workspace import (CHANNEL_KIND_OPS, FC_ROW_GATHER_BYTES, INPLACE_KINDS, ConvGeometry,
+                        InPlaceChoice, fully_connected_inplace_bytes,
                         RipArgumentError, RipWorkspace, channel_buffer_bytes, channel_safe,
                         channel_workspace_bytes, choose_inplace, closed_form_max_debt,
                         dual_buffer_bytes, inplace_kind, inplace_workspace_bytes,
@@ -30,7 +33,8 @@ __all__ = [
     "dual_buffer_bytes", "rip_workspace", "rip_workspace_bytes", "rip_workspace_for_geometry",
     "CHANNEL_KIND_OPS", "INPLACE_KINDS", "InPlaceChoice", "channel_buffer_bytes",
     "channel_safe", "channel_workspace_bytes", "choose_inplace", "inplace_kind",
-    "inplace_workspace_bytes", "ChannelSimulator", "Corruption", "CorruptionSimulator",
+    "inplace_workspace_bytes", "FC_ROW_GATHER_BYTES", "fully_connected_inplace_bytes",
+    "ChannelSimulator", "Corruption", "CorruptionSimulator",
     "SimulationResult", "TraversalPhase",
     "brute_force_max_debt", "brute_force_min_workspace", "min_safe_workspace_by_search",
     "receptive_field_reads", "simulate_rip",

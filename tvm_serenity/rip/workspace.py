@@ -337,6 +337,25 @@ def inplace_workspace_bytes(op: str, in_hwc, out_channels, kernel, stride=(1, 1)
     return choose_inplace(op, geometry, elem_bytes).workspace_bytes
 
 
+FC_ROW_GATHER_BYTES = 2    # per input element: the row a FULLY_CONNECTED gathers in place
+
+
+def fully_connected_inplace_bytes(rows: int, depth: int, units: int,
+                                  elem_bytes: int = 1) -> int | None:
+    """The in-place workspace of a FULLY_CONNECTED over ``rows`` rows of ``depth`` values to
+    ``units`` (graph IR ``inplace``), or None where running it in place does not pay.
+
+    Every output of a row reads the whole row, so in place the kernel first gathers the row
+    (``x - zero point`` as int16: ``FC_ROW_GATHER_BYTES * depth`` bytes of scratch outside the
+    arena) and then writes its outputs (RiP's ``S*`` of a 1x1 layer over ``rows`` pixels). The
+    dual-buffer kernel needs no gather. So in place is offered only where its arena saving,
+    ``N_in + N_out - S*``, exceeds that scratch: never for one row (the saving is at most
+    ``min(N_in, N_out) <= depth`` bytes), for large batches of rows often."""
+    ws = rip_workspace((rows, 1, depth), units, (1, 1), elem_bytes=elem_bytes)
+    saving = ws.dual_buffer_bytes - ws.workspace_bytes
+    return ws.workspace_bytes if saving > FC_ROW_GATHER_BYTES * depth else None
+
+
 def inplace_kind(op: str, geometry: ConvGeometry, workspace_bytes: int,
                  elem_bytes: int = 1) -> str:
     """The traversal a kernel of ``op`` runs in a workspace of ``workspace_bytes``: RiP's

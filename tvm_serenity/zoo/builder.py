@@ -8,10 +8,12 @@
   elimination): asking twice for ``relu(x)`` or ``max_pool(x)`` gives the same node;
   convolutions never merge (their weights differ);
 * 'SAME' padding as TFLite computes it (``top = total // 2``, the extra row at the bottom);
-* in-place capability: every windowed op (convolutions incl. depthwise and pointwise, pooling,
-  fully connected) gets its in-place workspace from the one rule,
+* in-place capability: every windowed op (convolutions incl. depthwise and pointwise,
+  pooling) gets its in-place workspace from the one rule,
   :func:`tvm_serenity.rip.inplace_workspace_bytes` (Right In-Place, or the zero-gap
-  channel-wise kind for a depthwise convolution); same-shape elementwise ops (ADD, MUL, RELU) are
+  channel-wise kind for a depthwise convolution), a fully connected layer
+  :func:`~tvm_serenity.rip.fully_connected_inplace_bytes`'s (in place only where the saving
+  beats its row gather); same-shape elementwise ops (ADD, MUL, RELU) are
   exact aliases of their first input; CONCATENATION is never in place.
 """
 
@@ -20,7 +22,7 @@ from __future__ import annotations
 import json
 
 from ..graph import Graph, Node, unique_name
-from ..rip import inplace_workspace_bytes
+from ..rip import fully_connected_inplace_bytes, inplace_workspace_bytes
 
 __all__ = ["NetBuilder", "same_padding"]
 
@@ -114,8 +116,7 @@ class NetBuilder:
 
     def fully_connected(self, x: str, units: int, name: str = "fc") -> str:
         h, w, c = self.shape[x]
-        workspace = inplace_workspace_bytes("fully_connected", (h, w, c), units, (h, w),
-                                            (1, 1), (1, 1), (0, 0, 0, 0), 1, 1)
+        workspace = fully_connected_inplace_bytes(1, h * w * c, units)
         return self._add(name, "fully_connected", (x,), (1, 1, units), inplace=workspace)
 
     def crop(self, x: str, top: int, left: int, name: str = "slice") -> str:
