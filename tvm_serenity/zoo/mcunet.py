@@ -21,7 +21,7 @@ from pathlib import Path
 from ..graph import Graph, GraphError
 from .builder import NetBuilder
 
-__all__ = ["MODELS_DIR", "config_names", "mcunet_graph", "graph_from_config"]
+__all__ = ["MODELS_DIR", "config_names", "mcunet_graph", "graph_from_config", "network"]
 
 MODELS_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "models" / "mcunet"
 
@@ -41,10 +41,12 @@ def _conv_layer(b: NetBuilder, x: str, layer: dict, name: str) -> str:
     return b.relu(y, six=layer.get("act_func") == "relu6") if layer.get("act_func") else y
 
 
-def graph_from_config(config: dict, name: str) -> Graph:
+def network(b, config: dict, name: str) -> str:
+    """The MCUNet / ProxylessNAS network of ``config`` on any builder ``b`` with the
+    ``NetBuilder`` calls (the graph IR's :class:`NetBuilder`, or the int8 TFLite writer
+    :class:`tvm_serenity.zoo.tflite.TFLiteNetBuilder`); returns the logits' name."""
     if config.get("name") != "ProxylessNASNets":
         raise GraphError(f"{name}: not a ProxylessNASNets config (name={config.get('name')!r})")
-    b = NetBuilder(name)
     r = config["resolution"]
     x = b.input("image", (r, r, config["first_conv"]["in_channels"]))
     x = _conv_layer(b, x, config["first_conv"], "first_conv")
@@ -68,9 +70,13 @@ def graph_from_config(config: dict, name: str) -> Graph:
         x = b.add(y, x, name=f"b{i}/add") if shortcut else y
     if config.get("feature_mix_layer"):
         x = _conv_layer(b, x, config["feature_mix_layer"], "feature_mix")
-    logits = b.fully_connected(b.global_avg_pool(x), config["classifier"]["out_features"],
-                               name="classifier")
-    return b.build([logits])
+    return b.fully_connected(b.global_avg_pool(x), config["classifier"]["out_features"],
+                             name="classifier")
+
+
+def graph_from_config(config: dict, name: str) -> Graph:
+    b = NetBuilder(name)
+    return b.build([network(b, config, name)])
 
 
 def mcunet_graph(stem: str) -> Graph:
