@@ -144,6 +144,27 @@ class SimulationResult:
         return self.corruption is None
 
 
+def describe_tag(tag: int, input_elements: int) -> str:
+    """What a tagged workspace cell holds, in words (corruption reports)."""
+    if tag == EMPTY_CELL:
+        return "nothing"
+    if tag >= input_elements:
+        return f"output element {tag - input_elements}"
+    return f"input element {tag}"
+
+
+def right_aligned_input(geometry: ConvGeometry, workspace_cells: int) -> np.ndarray:
+    """A tagged workspace of ``workspace_cells`` cells holding input element ``i`` at
+    ``workspace_cells - N_in + i`` (RiP's right alignment) and nothing elsewhere."""
+    n_in, n_out = geometry.input_elements, geometry.output_elements
+    if workspace_cells < max(n_in, n_out):
+        raise RipArgumentError(f"workspace_cells={workspace_cells} cannot hold the input "
+                               f"({n_in}) and the output ({n_out})")
+    cells = np.full(workspace_cells, EMPTY_CELL, dtype=np.int64)
+    cells[workspace_cells - n_in:] = np.arange(n_in)
+    return cells
+
+
 class CorruptionSimulator:
     """Replays a traversal of one layer over a tagged workspace (see the module docstring).
 
@@ -166,22 +187,13 @@ class CorruptionSimulator:
         self._reads = receptive_field_reads(geometry)
 
     def _describe(self, tag: int) -> str:
-        if tag == EMPTY_CELL:
-            return "nothing"
-        if tag >= self.geometry.input_elements:
-            return f"output element {tag - self.geometry.input_elements}"
-        return f"input element {tag}"
+        return describe_tag(tag, self.geometry.input_elements)
 
     def run(self, workspace_cells: int) -> SimulationResult:
         g = self.geometry
-        n_in, n_out, c_out = g.input_elements, g.output_elements, g.out_channels
-        if workspace_cells < max(n_in, n_out):
-            raise RipArgumentError(
-                f"workspace_cells={workspace_cells} cannot hold the input ({n_in}) "
-                f"and the output ({n_out})")
-        cells = np.full(workspace_cells, EMPTY_CELL, dtype=np.int64)
+        n_in, c_out = g.input_elements, g.out_channels
+        cells = right_aligned_input(g, workspace_cells)
         address_of_input = workspace_cells - n_in + np.arange(n_in, dtype=np.int64)
-        cells[address_of_input] = np.arange(n_in)
         step0 = 0
         for phase in self.phases:
             if phase.block_end_offsets is not None:
@@ -279,14 +291,9 @@ class ChannelSimulator:
 
     def run(self, workspace_cells: int) -> SimulationResult:
         g = self.geometry
-        n_in, n_out, channels = g.input_elements, g.output_elements, g.in_channels
-        if workspace_cells < max(n_in, n_out):
-            raise RipArgumentError(
-                f"workspace_cells={workspace_cells} cannot hold the input ({n_in}) "
-                f"and the output ({n_out})")
-        cells = np.full(workspace_cells, EMPTY_CELL, dtype=np.int64)
+        n_in, channels = g.input_elements, g.in_channels
+        cells = right_aligned_input(g, workspace_cells)
         base = workspace_cells - n_in
-        cells[base:] = np.arange(n_in)
         in_pixels = np.arange(g.in_height * g.in_width, dtype=np.int64) * channels
         out_pixels = np.arange(g.output_pixels, dtype=np.int64) * channels
         for c in range(channels):
@@ -296,8 +303,7 @@ class ChannelSimulator:
             if len(bad):
                 k = bad[0]
                 tag = int(held[k])
-                found = ("nothing" if tag == EMPTY_CELL else f"output element {tag - n_in}"
-                         if tag >= n_in else f"input element {tag}")
+                found = describe_tag(tag, n_in)
                 return SimulationResult(workspace_cells, Corruption(
                     step=c, pixel=None, input_index=int(wanted[k]),
                     address=int(base + wanted[k]), found=found))
