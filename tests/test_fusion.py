@@ -196,6 +196,7 @@ def test_compile_rewrite_runs_the_fused_node_bit_exact_on_host(tmp_path, name):
     compiled = compile_tflite(path, "host", tmp_path / "fused", rewrite=True)
     assert [p for p, _ in compiled.rewrite.applied] == [FUSE]
     fused = [n for n in compiled.graph.nodes.values() if n.op == FUSED_OP]
+    assert f"1 applied (expand-depthwise fusion {fused[0].name})" in compiled.rewrite_summary()
     assert len(fused) == 1 and fused[0].attrs["rewrite"]["expand"] not in compiled.graph.nodes
     x, d = compiled.graph[fused[0].inputs[0]], fused[0]
     assert compiled.arena_bytes == compiled.plan.liveness_peak_bytes <= x.bytes + d.bytes

@@ -251,7 +251,7 @@ def test_cli_compile_rewrite_reports_and_records_the_decision(tmp_path, capsys):
     assert main(["compile", str(path), "--target", "host", "-o", str(out), "--rewrite",
                  "--time-limit", "20"]) == 0
     printed = capsys.readouterr().out
-    assert "identity rewriting: 1 applied (channel-wise conv2d_5), scheduler peak " \
+    assert "identity rewriting: 1 applied (channel-wise partitioning conv2d_5), scheduler peak " \
            "6,144 -> 3,328 B" in printed
     assert "arena 3,328 B" in printed and (out / "report" / "report.html").is_file()
 

@@ -72,7 +72,7 @@ from .files import check_fields, read_json
 from .frontend import Interpreter, load_tflite, tflite_to_graph
 from .frontend.tflite_model import Tensor, TFLiteModel
 from .graph import Graph
-from .rewrite import RewriteResult, rewrite_graph
+from .rewrite import PATTERN_NAMES, RewriteResult, rewrite_graph
 from .schedule import Deadline, ScheduleResult
 from .schedule import schedule as schedule_graph
 from .text import counted
@@ -176,8 +176,7 @@ class CompiledModel:
             return (f"identity rewriting: nothing applied ({tried} trial"
                     f"{'' if tried == 1 else 's'}, none lowers the peak "
                     f"{r.peak_before:,} B)")
-        what = ", ".join(f"{'channel-wise' if p == 'channel_partition' else 'kernel-wise'} "
-                         f"{nodes[-1]}" for p, nodes in r.applied)
+        what = ", ".join(f"{PATTERN_NAMES[p]} {nodes[-1]}" for p, nodes in r.applied)
         return (f"identity rewriting: {len(r.applied)} applied ({what}), scheduler peak "
                 f"{r.peak_before:,} -> {r.peak_after:,} B")
 

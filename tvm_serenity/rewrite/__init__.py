@@ -14,12 +14,14 @@ Every node a rewrite creates records its origin in ``attrs["rewrite"]`` for the 
 that replays the decisions.
 """
 
-from .patterns import (ACCUMULATOR_BYTES, CHANNEL, FUSE, FUSED_OP, KERNEL, PATTERNS, UNARY,
+from .patterns import (ACCUMULATOR_BYTES, CHANNEL, FUSE, FUSED_OP, KERNEL, PATTERN_NAMES,
+                       PATTERNS, UNARY,
                        Branch, Candidate, Fusion, apply_rewrite, concat_branches,
                        find_candidates)
 from .search import RewriteResult, Trial, accumulation_order, rewrite_graph
 
-__all__ = ["CHANNEL", "KERNEL", "UNARY", "FUSE", "FUSED_OP", "PATTERNS", "ACCUMULATOR_BYTES",
+__all__ = ["CHANNEL", "KERNEL", "UNARY", "FUSE", "FUSED_OP", "PATTERNS", "PATTERN_NAMES",
+           "ACCUMULATOR_BYTES",
            "Branch", "Candidate", "Fusion",
            "concat_branches", "find_candidates", "apply_rewrite", "accumulation_order",
            "Trial", "RewriteResult", "rewrite_graph"]

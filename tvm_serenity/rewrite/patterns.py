@@ -110,7 +110,8 @@ from typing import Sequence
 
 from ..graph import Graph, GraphError, Node, unique_name
 
-__all__ = ["CHANNEL", "KERNEL", "UNARY", "FUSE", "PATTERNS", "FUSED_OP", "CONCAT_OPS",
+__all__ = ["CHANNEL", "KERNEL", "UNARY", "FUSE", "PATTERNS", "PATTERN_NAMES", "FUSED_OP",
+           "CONCAT_OPS",
            "PUSHABLE_OPS", "ACCUMULATOR_BYTES", "Branch", "Candidate", "Fusion",
            "concat_branches", "find_candidates", "apply_rewrite"]
 
@@ -120,6 +121,9 @@ UNARY = "unary_pushdown"
 FUSE = "expand_depthwise"
 #: The rewrites :func:`find_candidates` can offer (``UNARY`` is a part of the first two).
 PATTERNS = (CHANNEL, KERNEL, FUSE)
+#: What each rewrite is called in reports.
+PATTERN_NAMES = {CHANNEL: "channel-wise partitioning", KERNEL: "kernel-wise partitioning",
+                 FUSE: "expand-depthwise fusion"}
 #: The op of the node an expand-depthwise fusion makes.
 FUSED_OP = "expand_depthwise_conv2d"
 
