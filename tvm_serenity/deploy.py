@@ -21,7 +21,10 @@ decisions, the trials and both peaks). The emitted kernels are bit-exact with th
 
 ``rip=True`` schedules and plans with in-place execution (Right In-Place convolutions, exact
 aliases for ADD/RESHAPE/...) and emits RiP kernels where the plan overlaps a layer's input and
-output; ``rip=False`` is the dual-buffer build of the same model (no overlap anywhere, the same
+output; once the order is known, a depthwise layer keeps the zero-gap channel-wise kind only
+where the order's peak needs it (:func:`~tvm_serenity.rip.relax_channel_kinds`; the others get
+RiP's workspace back and need no channel buffer in the scratch; ``plan.json``'s
+``relaxed_channel_layers``); ``rip=False`` is the dual-buffer build of the same model (no overlap anywhere, the same
 kernel loops on two buffers). Building checks the SRAM fit for ``pico``/``pico2`` (arena +
 kernel scratch + .data/.bss + stack reserve against the chip's SRAM) and refuses a model that
 does not fit with every part itemised.
@@ -73,6 +76,7 @@ from .frontend import Interpreter, load_tflite, tflite_to_graph
 from .frontend.tflite_model import Tensor, TFLiteModel
 from .graph import Graph
 from .rewrite import PATTERN_NAMES, RewriteResult, rewrite_graph
+from .rip.choice import relax_channel_kinds
 from .schedule import Deadline, ScheduleResult
 from .schedule import schedule as schedule_graph
 from .text import counted
@@ -111,6 +115,7 @@ class CompiledModel:
     rewrite: RewriteResult | None = None  # identity graph rewriting (rewrite=True)
     source_graph: Graph | None = None     # the graph before rewriting (rewrite=True)
     int8_core: bool = False               # float edges stripped (module docstring)
+    relaxed_channel_layers: tuple[str, ...] = ()  # depthwise layers given RiP's S* back
 
     @property
     def model_dir(self) -> Path:
@@ -149,6 +154,7 @@ class CompiledModel:
             "lower_bound_bytes": plan.lower_bound_bytes,
             "scratch_bytes": self.emitted.scratch_bytes,
             "inplace_saved_bytes": sum(s.saved_bytes for s in self.emitted.steps),
+            "relaxed_channel_layers": list(self.relaxed_channel_layers),
             "order": list(plan.order), "offsets": dict(plan.offsets),
             "moves": [m.to_json() for m in plan.moves],
             "layers": [s.to_json() for s in self.emitted.steps],
@@ -342,7 +348,15 @@ def compile_tflite(path: str | os.PathLike, target: str = "pico",
         else:
             order = schedule_graph(graph, schedule, inplace=rip,
                                    time_limit=search.share(0.5))
-        plan = plan_arena(graph, order.order, planner, 1, rip, search.share(0.9))
+        # the channel-wise depthwise kind only where the order's peak needs it (its channel
+        # buffer is scratch); the graph as chosen where the planner fragments the relaxed one
+        relaxed_graph, relaxed = relax_channel_kinds(graph, order.order) if rip else (graph, ())
+        plan = plan_arena(relaxed_graph, order.order, planner, 1, rip, search.share(0.9))
+        if relaxed and plan.arena_bytes > plan.liveness_peak_bytes:
+            chosen = plan_arena(graph, order.order, planner, 1, rip, search.share(0.9))
+            if chosen.arena_bytes < plan.arena_bytes:
+                relaxed_graph, relaxed, plan = graph, (), chosen
+        graph = relaxed_graph
         emitted = emit_model(core, graph, plan, opt_level=opt_level, name=core.source.name,
                              source_graph=source_graph)
         emitted.write(tmp / MODEL_DIR)
@@ -352,7 +366,7 @@ def compile_tflite(path: str | os.PathLike, target: str = "pico",
         micro.generate_project(tmp / PROJECT_DIR, tmp / MODEL_DIR, target, emulate=True,
                                input_data=data, stack_reserve=stack_reserve)
         compiled = CompiledModel(out, source, target, rip, core, graph, order, plan, emitted,
-                                 None, rewritten, source_graph, int8_core)
+                                 None, rewritten, source_graph, int8_core, relaxed)
         graph.save(tmp / GRAPH_FILE)
         if source_graph is not None:
             source_graph.save(tmp / SOURCE_GRAPH_FILE)

@@ -6,6 +6,9 @@
   kind (``choose_inplace``; ``inplace_workspace_bytes`` is what graph builders record), and
   whether a FULLY_CONNECTED runs in place at all (``fully_connected_inplace_bytes``: only
   where the arena saving beats its row gather).
+* ``choice``: for a fixed order, the channel-wise kind kept only on the layers the order's
+  peak needs it on (``relax_channel_kinds``; the others get RiP's workspace and no channel
+  buffer).
 * ``reference``: the two independent checks, a brute-force ``max_q D(q)`` and a tagged-cell
   corruption simulator with a binary search for the smallest safe workspace, and the
   channel-wise kind's tagged-cell simulator.
@@ -15,6 +18,7 @@
   against each other on random layers.
 """
 
+from .choice import relax_channel_kinds
 from .herringbone import (TABLE2_ROWS, critical_leg, gural_murmann_gap, herringbone_gap,
                           herringbone_legs, herringbone_min_workspace, herringbone_order,
                           herringbone_phases, herringbone_simulator, table2_geometry)
@@ -33,7 +37,7 @@ __all__ = [
     "dual_buffer_bytes", "rip_workspace", "rip_workspace_bytes", "rip_workspace_for_geometry",
     "CHANNEL_KIND_OPS", "INPLACE_KINDS", "InPlaceChoice", "channel_buffer_bytes",
     "channel_safe", "channel_workspace_bytes", "choose_inplace", "inplace_kind",
-    "inplace_workspace_bytes", "FC_ROW_GATHER_BYTES", "fully_connected_inplace_bytes",
+    "inplace_workspace_bytes", "relax_channel_kinds", "FC_ROW_GATHER_BYTES", "fully_connected_inplace_bytes",
     "ChannelSimulator", "Corruption", "CorruptionSimulator",
     "SimulationResult", "TraversalPhase",
     "brute_force_max_debt", "brute_force_min_workspace", "min_safe_workspace_by_search",
