@@ -502,9 +502,9 @@ def test_row_blocks_are_safe_wherever_pixels_are():
         spec = random_spec(rng)
         if spec.op == "conv2d":
             continue
-        g = spec.geometry
+        g = spec.geometry       # at RiP's S* (channel-kind specs run below it: ChannelSimulator)
         assert CorruptionSimulator(g, block_pixels=g.out_width).run(
-            spec.rip_workspace_bytes).ok, spec
+            spec.rip.workspace_bytes).ok, spec
         checked += 1
 
 
