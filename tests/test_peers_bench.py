@@ -60,9 +60,11 @@ def test_bounds_and_steps(rows):
     # docs/peers.md: the best order of the RandWire cell (HMCOS, and our DP) peaks at 559,104 B
     # and the optimal arena reaches it
     assert rows["randwire_cifar100_C78_cellA"].arena["optimal"] == 559_104
-    # MobileNet: a chain, so in place is what helps; the optimal arena meets the bound
+    # MobileNet: a chain, so in place (and the expand-depthwise fusion) is what helps; the
+    # optimal arena meets the bound, rounded up to TFLM's 16 B (the peak is a RiP workspace)
     mobilenet = rows["mobilenet_v1_025_128"]
-    assert mobilenet.arena["optimal"] == mobilenet.lower_bound < mobilenet.arena["dp"]
+    bound = -(-mobilenet.lower_bound // peers.TFLM_ALIGNMENT) * peers.TFLM_ALIGNMENT
+    assert mobilenet.arena["optimal"] == bound < mobilenet.arena["dp"]
 
 
 def test_report(rows):
