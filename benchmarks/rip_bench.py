@@ -17,7 +17,7 @@ import time
 
 from benchmarks._markdown import SHARED_MODELS, table, write_section
 from tvm_serenity import zoo
-from tvm_serenity.rip import ConvGeometry, rip_workspace_for_geometry
+from tvm_serenity.rip import rip_workspace_for_geometry, window_geometry
 from tvm_serenity.rip.herringbone import herringbone_min_workspace
 
 CONV_OPS = ("conv2d", "depthwise_conv2d")
@@ -35,12 +35,7 @@ def conv_layers(graph):
     for node in graph.nodes.values():
         if node.op not in CONV_OPS:
             continue
-        a = node.attrs
-        src = graph.nodes[node.inputs[0]]
-        in_hwc = tuple(a["in_shape"][1:]) if "in_shape" in a else tuple(src.shape[1:])
-        out.append((node.name, ConvGeometry(in_hwc, node.shape[-1], tuple(a["kernel"]),
-                                            tuple(a["stride"]), tuple(a["dilation"]),
-                                            tuple(a["padding"]), a.get("groups", 1))))
+        out.append((node.name, window_geometry(graph, node)))
     return out
 
 

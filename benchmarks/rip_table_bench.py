@@ -46,12 +46,11 @@ from dataclasses import dataclass
 from benchmarks._markdown import SHARED_MODELS, publish, table
 from tvm_serenity import zoo
 from tvm_serenity.alloc import plan_arena
-from tvm_serenity.rip import relax_channel_kinds
+from tvm_serenity.rip import choose_inplace, relax_channel_kinds, window_geometry
 from tvm_serenity.codegen.spec import ExpandConv, LayerSpec
 from tvm_serenity.graph import Graph, Node
 from tvm_serenity.memory import lower_bound_bytes, simulate
 from tvm_serenity.rewrite import FUSE, FUSED_OP, rewrite_graph
-from tvm_serenity.rip import ConvGeometry, choose_inplace
 from tvm_serenity.schedule import schedule
 
 # (paper model, our zoo config, TinyEngine base B, RiP paper B, paper Buffer B): Table 3.
@@ -86,23 +85,13 @@ class Row:
     fused_peak_step: str
 
 
-def geometry_of(graph: Graph, node: Node) -> ConvGeometry:
-    """The window geometry of ``node``; of a fused expand-depthwise node, its depthwise's
-    (``in_shape``: the expanded plane's shape)."""
-    a = node.attrs
-    _, h, w, c = a.get("in_shape", graph.nodes[node.inputs[0]].shape)   # folded PAD: unpadded
-    return ConvGeometry((h, w, c), node.shape[3], tuple(a["kernel"]), tuple(a["stride"]),
-                        tuple(a.get("dilation", (1, 1))), tuple(a["padding"]),
-                        a.get("groups", c))
-
-
 def rip_only(graph: Graph) -> Graph:
     """``graph`` with every depthwise layer's workspace back at RiP's ``S*``."""
     nodes = []
     for node in graph.nodes.values():
         inplace = node.inplace
         if node.op == "depthwise_conv2d":
-            inplace = choose_inplace(node.op, geometry_of(graph, node)).rip.workspace_bytes
+            inplace = choose_inplace(node.op, window_geometry(graph, node)).rip.workspace_bytes
         nodes.append(Node(node.name, node.op, node.inputs, node.bytes, node.shape, node.dtype,
                           node.attrs, inplace))
     return Graph(nodes, list(graph.outputs), graph.name)
@@ -131,7 +120,7 @@ def scratch_bytes(graph: Graph, in_place: set[str]) -> tuple[int, int, int]:
             scratch32 = max(scratch32, spec.scratch_elements)
         elif node.op in WINDOW_OPS:
             workspace = node.inplace if node.name in in_place else None
-            spec = LayerSpec(node.op, geometry_of(graph, node), workspace_bytes=workspace)
+            spec = LayerSpec(node.op, window_geometry(graph, node), workspace_bytes=workspace)
             scratch32 = max(scratch32, spec.scratch_elements)
             if spec.inplace_kind == "channel":
                 channel_layers += 1

@@ -18,7 +18,7 @@
   against each other on random layers.
 """
 
-from .choice import relax_channel_kinds
+from .choice import relax_channel_kinds, window_geometry
 from .herringbone import (TABLE2_ROWS, critical_leg, gural_murmann_gap, herringbone_gap,
                           herringbone_legs, herringbone_min_workspace, herringbone_order,
                           herringbone_phases, herringbone_simulator, table2_geometry)
@@ -37,7 +37,7 @@ __all__ = [
     "dual_buffer_bytes", "rip_workspace", "rip_workspace_bytes", "rip_workspace_for_geometry",
     "CHANNEL_KIND_OPS", "INPLACE_KINDS", "InPlaceChoice", "channel_buffer_bytes",
     "channel_safe", "channel_workspace_bytes", "choose_inplace", "inplace_kind",
-    "inplace_workspace_bytes", "relax_channel_kinds", "FC_ROW_GATHER_BYTES", "fully_connected_inplace_bytes",
+    "inplace_workspace_bytes", "relax_channel_kinds", "window_geometry", "FC_ROW_GATHER_BYTES", "fully_connected_inplace_bytes",
     "ChannelSimulator", "Corruption", "CorruptionSimulator",
     "SimulationResult", "TraversalPhase",
     "brute_force_max_debt", "brute_force_min_workspace", "min_safe_workspace_by_search",

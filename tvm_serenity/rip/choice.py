@@ -15,11 +15,22 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-from ..graph import Graph
+from ..graph import Graph, Node
 from ..memory import simulate
 from .workspace import ConvGeometry, choose_inplace
 
-__all__ = ["relax_channel_kinds"]
+__all__ = ["relax_channel_kinds", "window_geometry"]
+
+
+def window_geometry(graph: Graph, node: Node) -> ConvGeometry:
+    """The window geometry of a convolution, depthwise or pooling ``node`` of ``graph``, read
+    off its attrs (``in_shape``, when a PAD was folded into it, is the unpadded input; else
+    the input node's shape; pooling: one window per channel)."""
+    a = node.attrs
+    _, h, w, c = a.get("in_shape", graph.nodes[node.inputs[0]].shape)
+    return ConvGeometry((h, w, c), node.shape[3], tuple(a["kernel"]), tuple(a["stride"]),
+                        tuple(a.get("dilation", (1, 1))), tuple(a["padding"]),
+                        a.get("groups", c))
 
 
 def _channel_layer(graph: Graph, name: str):
@@ -27,13 +38,7 @@ def _channel_layer(graph: Graph, name: str):
     node = graph[name]
     if node.op != "depthwise_conv2d" or not isinstance(node.inplace, int):
         return None
-    source = graph[node.inputs[0]]
-    if source.shape is None or len(source.shape) != 4 or node.shape is None:
-        return None
-    a = node.attrs
-    geometry = ConvGeometry(tuple(source.shape[1:]), node.shape[3], tuple(a["kernel"]),
-                            tuple(a["stride"]), tuple(a.get("dilation", (1, 1))),
-                            tuple(a["padding"]), a.get("groups", source.shape[3]))
+    geometry = window_geometry(graph, node)
     elem_bytes = node.bytes // geometry.output_elements
     choice = choose_inplace(node.op, geometry, elem_bytes)
     if choice.kind != "channel" or node.inplace != choice.workspace_bytes:
