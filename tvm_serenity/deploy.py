@@ -63,6 +63,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import tvm
 
 from . import micro
 from .alloc import ArenaPlan, plan_arena
@@ -73,16 +74,19 @@ from .builddir import (absolute, checked_model, new_build, refresh_marker, sha25
                        verify_build, write_bytes)
 from .files import check_fields, read_json
 from .frontend import Interpreter, load_tflite, tflite_to_graph
+from .frontend.builder import tflite_bytes
+from .frontend.relax_import import OperatorDescription, from_tflite
+from .frontend.relax_lift import operators_of
 from .frontend.tflite_model import Tensor, TFLiteModel
 from .graph import Graph
+from .passes import LowerFakeQuant, MemoryAwareSchedule
 from .rewrite import PATTERN_NAMES, RewriteResult, rewrite_graph
 from .rip.choice import relax_channel_kinds
 from .schedule import Deadline, ScheduleResult
-from .schedule import schedule as schedule_graph
 from .text import counted
 
 __all__ = ["TARGETS", "DEFAULT_TIME_LIMIT", "PLAN_FILE", "GRAPH_FILE", "SOURCE_GRAPH_FILE",
-           "CompiledModel", "compile_tflite", "run", "reference_outputs", "load_plan"]
+           "CompiledModel", "compile_tflite", "compile_module", "run", "reference_outputs", "load_plan"]
 
 TARGETS = tuple(micro.BOARDS)     # pico, pico2, host
 DEFAULT_TIME_LIMIT = 30.0
@@ -92,6 +96,7 @@ SOURCE_GRAPH_FILE = "graph_source.json"     # the graph before identity rewritin
 MODEL_DIR = "model"
 PROJECT_DIR = "project"
 INPUT_FILE = "input.bin"
+MODULE_FILE = "model.tflite"                # a Relax module's operators, the run's reference
 KIND = "mcu"                                # the build kind in the directory's marker
 # regenerated from the rest, so neither hashed nor checked: objects and images (rebuilt by
 # every run), the report
@@ -116,6 +121,7 @@ class CompiledModel:
     source_graph: Graph | None = None     # the graph before rewriting (rewrite=True)
     int8_core: bool = False               # float edges stripped (module docstring)
     relaxed_channel_layers: tuple[str, ...] = ()  # depthwise layers given RiP's S* back
+    relax: dict | None = None             # the Relax module it was read from (plan.json)
 
     @property
     def model_dir(self) -> Path:
@@ -160,6 +166,7 @@ class CompiledModel:
             "layers": [s.to_json() for s in self.emitted.steps],
             "fit": self.fit.to_json() if self.fit is not None else None,
             "rewrite": self.rewrite_json(),
+            "relax": self.relax,
         }
 
     def rewrite_json(self) -> dict | None:
@@ -329,16 +336,88 @@ def compile_tflite(path: str | os.PathLike, target: str = "pico",
     build (``force=True`` also replaces an edited one; :mod:`tvm_serenity.builddir`); on any
     error it is left as it was.
     """
-    if target not in TARGETS:
-        raise SerenityError(f"unknown target '{target}' (choose from {', '.join(TARGETS)})")
     source = absolute(path)
-    out = absolute(out_dir)
     marker = {"model": str(source)}
-    with new_build(out_dir, KIND, force=force, derived=DERIVED, extra=marker) as tmp:
+
+    def front_end(tmp: Path) -> tuple[IntegerCore, dict]:
         model = load_tflite(source)
         marker["model_sha256"] = sha256_of(source)
-        core = integer_core(model, float_edges=not int8_core)
+        return integer_core(model, float_edges=not int8_core), {"front_end": "tflite",
+                                                                "passes": []}
+
+    return _compile(front_end, source, target, out_dir, marker, force=force,
+                    schedule=schedule, planner=planner, rip=rip, rewrite=rewrite,
+                    time_limit=time_limit, input=input, seed=seed, opt_level=opt_level,
+                    build=build, stack_reserve=stack_reserve, int8_core=int8_core)
+
+
+def compile_module(mod: tvm.IRModule, target: str = "pico",
+                   out_dir: str | os.PathLike = "serenity_out", *, name: str = "model",
+                   front_end: str = "relax", int8_core: bool = False, force: bool = False,
+                   **options) -> CompiledModel:
+    """Compile a Relax module of integer kernels for ``target`` into ``out_dir``, as
+    :func:`compile_tflite` compiles a file (same ``options``, same directory layout).
+
+    ``main`` is read back as integer operators (:func:`~.frontend.relax_lift.operators_of`:
+    kernels of :func:`~.frontend.relax_import.from_tflite`, :class:`~.passes.LowerFakeQuant` or
+    :func:`~.frontend.relax_import.emit_operator`); float ``quantize``/``dequantize`` patterns
+    are lowered by ``LowerFakeQuant`` first, and whatever is still not an integer kernel is
+    refused naming its binding before anything is written. The operators are also written as
+    ``model.tflite`` in ``out_dir``: the model :func:`run` checks the outputs against, and one
+    TFLite's own interpreters can run. ``name`` names the model, ``front_end`` says in
+    ``plan.json`` where the module came from."""
+    out = absolute(out_dir)
+    marker = {"model": str(out / MODULE_FILE)}
+
+    def lower(tmp: Path) -> tuple[IntegerCore, dict]:
+        fake_quant = LowerFakeQuant()
+        model = operators_of(fake_quant(mod), name, f"Relax module '{name}'")
+        (tmp / MODULE_FILE).write_bytes(tflite_bytes(model))
+        marker["model_sha256"] = sha256_of(tmp / MODULE_FILE)
+        passes = [{"name": "LowerFakeQuant", "lowered": dict(fake_quant.lowered)}] \
+            if fake_quant.lowered else []
+        return integer_core(model, float_edges=not int8_core), {"front_end": front_end,
+                                                                "passes": passes}
+
+    return _compile(lower, out / MODULE_FILE, target, out_dir, marker, force=force,
+                    int8_core=int8_core, **options)
+
+
+def _compile(front_end, source: Path, target: str, out_dir, marker: dict, *, force: bool,
+             schedule: str = "serenity", planner: str = "optimal", rip: bool = True,
+             rewrite: bool = False, time_limit: float | None = DEFAULT_TIME_LIMIT, input=None,
+             seed: int = 0, opt_level: str | None = "O2", build: bool = True,
+             stack_reserve: int = micro.DEFAULT_STACK_RESERVE,
+             int8_core: bool = False) -> CompiledModel:
+    """What every front end shares: ``front_end(tmp)`` gives the integer core and the start of
+    ``plan.json``'s ``relax`` entry; the core is imported into Relax
+    (:func:`~.frontend.relax_import.from_tflite`), ordered there by
+    :class:`~.passes.MemoryAwareSchedule` on the MCU memory model, and read back in that order
+    (:func:`~.frontend.relax_lift.operators_of`) for the back end: arena plan, C, project,
+    firmware. With ``rewrite`` the identity rewriting search (on the graph IR: its kernels are
+    the MCU emitter's) orders the rewritten graph instead."""
+    if target not in TARGETS:
+        raise SerenityError(f"unknown target '{target}' (choose from {', '.join(TARGETS)})")
+    out = absolute(out_dir)
+    with new_build(out_dir, KIND, force=force, derived=DERIVED, extra=marker) as tmp:
+        core, relax_entry = front_end(tmp)
         search = Deadline.of(time_limit, DEFAULT_TIME_LIMIT)   # schedule + arena together
+        mod = from_tflite(core.model)
+        if not rewrite:
+            scheduler = MemoryAwareSchedule(schedule, search.share(0.5), inplace=rip,
+                                            memory_model="mcu")
+            mod = scheduler(mod)
+            decision = scheduler.report.blocks[0]
+            relax_entry["passes"].append(
+                {"name": "MemoryAwareSchedule", "memory_model": "mcu", "method": schedule,
+                 "peak_before": decision.peak_before, "peak_after": decision.peak_after,
+                 "lower_bound": decision.lower_bound, "optimal": decision.optimal,
+                 "changed": decision.changed})
+        relax_entry["kernels"] = sum(1 for f in mod.functions.values()
+                                     if OperatorDescription.of(f) is not None)
+        # the back end compiles main as the passes left it, in its binding order
+        core = dataclasses.replace(core, model=operators_of(mod, core.model.name,
+                                                            core.model.source))
         graph = tflite_to_graph(core.model, fold_pad=True, name=core.source.name)
         source_graph, rewritten = None, None
         if rewrite:
@@ -346,8 +425,8 @@ def compile_tflite(path: str | os.PathLike, target: str = "pico",
             source_graph, graph = graph, rewritten.graph
             order = rewritten.schedule          # the scheduler's order for the rewritten graph
         else:
-            order = schedule_graph(graph, schedule, inplace=rip,
-                                   time_limit=search.share(0.5))
+            order = scheduler.result
+            assert list(order.order) == graph.op_names     # main is in the order decided
         # the channel-wise depthwise kind only where the order's peak needs it (its channel
         # buffer is scratch); the graph as chosen where the planner fragments the relaxed one
         relaxed_graph, relaxed = relax_channel_kinds(graph, order.order) if rip else (graph, ())
@@ -366,7 +445,7 @@ def compile_tflite(path: str | os.PathLike, target: str = "pico",
         micro.generate_project(tmp / PROJECT_DIR, tmp / MODEL_DIR, target, emulate=True,
                                input_data=data, stack_reserve=stack_reserve)
         compiled = CompiledModel(out, source, target, rip, core, graph, order, plan, emitted,
-                                 None, rewritten, source_graph, int8_core, relaxed)
+                                 None, rewritten, source_graph, int8_core, relaxed, relax_entry)
         graph.save(tmp / GRAPH_FILE)
         if source_graph is not None:
             source_graph.save(tmp / SOURCE_GRAPH_FILE)

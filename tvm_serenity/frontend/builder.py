@@ -17,9 +17,10 @@ from typing import Any, Mapping, Sequence
 import flatbuffers
 import numpy as np
 
-from .tflite_model import BUILTIN_OPS, FILE_IDENTIFIER, TENSOR_TYPES, _enum_names, _schema
+from .tflite_model import (BUILTIN_OPS, FILE_IDENTIFIER, TENSOR_TYPES, TFLiteModel, _enum_names,
+                           _schema)
 
-__all__ = ["ModelBuilder"]
+__all__ = ["ModelBuilder", "tflite_bytes"]
 
 # Options table of each builtin operator this builder can configure.
 _OPTIONS_TABLE = {
@@ -213,3 +214,21 @@ class ModelBuilder:
             adder(b, value)
         type_code = {n: c for c, n in _enum_names(schema.BuiltinOptions).items()}[cls_name]
         return type_code, getattr(module, f"{cls_name}End")(b)
+
+
+def tflite_bytes(model: TFLiteModel, description: str = "tvm-serenity") -> bytes:
+    """``model`` written back as a ``.tflite`` flatbuffer (tensors in their order, operators
+    in the model's order, the options as read): :func:`~.tflite_model.parse_tflite` of the
+    result computes what ``model`` does, so TFLite's interpreters can check a model that never
+    was a file (one read back from Relax, :mod:`.relax_lift`)."""
+    mb = ModelBuilder()
+    for t in model.tensors:
+        q = t.quant
+        mb.add_tensor(t.shape, t.dtype, scale=None if q is None else q.scale,
+                      zero_point=0 if q is None else q.zero_point,
+                      axis=0 if q is None else q.axis, data=t.data, name=t.name)
+    for op in model.operators:
+        mb.add_operator(op.op, op.inputs, op.outputs,
+                        op.options if op.op in _OPTIONS_TABLE else None, op.version,
+                        omit_options=not op.options)     # as read: no table, none written
+    return mb.build(model.inputs, model.outputs, description)

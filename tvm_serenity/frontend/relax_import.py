@@ -53,6 +53,7 @@ restate and are shared with :class:`tvm_serenity.passes.LowerFakeQuant`:
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 from collections import Counter
@@ -60,6 +61,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax
 from tvm.script import relax as R
 
@@ -67,7 +69,8 @@ from ..graph import unique_name
 from . import reference as ref
 from .reference import table_of
 from ..text import counted
-from .tflite_model import Operator, TFLiteModel, check_operators, load_tflite
+from .tflite_model import (Operator, Quantization, Tensor, TFLiteModel, check_operators,
+                           load_tflite)
 from .to_graph import GRAPH_OPS
 
 __all__ = ["from_tflite", "SUPPORTED_OPS", "tensor_var_names", "kernel_function",
@@ -75,7 +78,10 @@ __all__ = ["from_tflite", "SUPPORTED_OPS", "tensor_var_names", "kernel_function"
            "shift_zero_point", "lookup_table", "conv2d_int8", "fully_connected_int8",
            "fully_connected_requant", "add_int8", "mul_int8", "mean_int8", "average_pool_int8",
            "max_pool_int8", "softmax_int8", "quantize_float", "relu_table", "table_of",
-           "row_max_float", "softmax_float", "log_softmax_float", "arg_max"]
+           "row_max_float", "softmax_float", "log_softmax_float", "arg_max",
+           "OperatorDescription", "describe_operator", "tensor_description", "described_tensor",
+           "OPERATOR_ATTR", "CONSTANTS_ATTR", "KERNEL_HASH_ATTR", "kernel_hash",
+           "emit_operator"]
 
 INT32_MAX = (1 << 31) - 1
 
@@ -417,16 +423,130 @@ def _dequantize(x: relax.Expr, scale: float, zero_point: int) -> relax.Expr:
     return R.multiply(shifted, relax.const(np.float32(scale), "float32"))
 
 
+# ==================================================================== operator descriptions
+OPERATOR_ATTR = "serenity.operator"      # the description as JSON text
+CONSTANTS_ATTR = "serenity.constants"    # its constant tensors, in TFLite's layout
+KERNEL_HASH_ATTR = "serenity.kernel_hash"   # the kernel it describes (a pass may change it)
+
+
+def kernel_hash(func: relax.Function) -> str:
+    """The structural hash of a kernel's parameters, body and type (not its attributes)."""
+    bare = relax.Function(func.params, func.body, func.ret_ty, func.is_pure)
+    return str(tvm_ffi.structural_hash(bare, map_free_vars=True))
+
+
+def _json_value(value):
+    if isinstance(value, (tuple, list, np.ndarray)):
+        return [_json_value(v) for v in value]
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _options_value(value):
+    return tuple(_options_value(v) for v in value) if isinstance(value, list) else value
+
+
+def tensor_description(t: Tensor) -> dict:
+    """Name, shape, dtype and quantization of ``t`` as JSON (float32 scales exactly)."""
+    quant = None if t.quant is None else {
+        "scale": [float(s) for s in t.quant.scale], "zero_point": [int(z) for z in
+                                                                   t.quant.zero_point],
+        "axis": int(t.quant.axis)}
+    return {"name": t.name, "shape": [int(d) for d in t.shape], "dtype": t.dtype,
+            "quant": quant}
+
+
+def described_tensor(index: int, entry: dict, data: np.ndarray | None = None) -> Tensor:
+    """The :class:`Tensor` ``index`` that :func:`tensor_description` gave ``entry``."""
+    q = entry.get("quant")
+    quant = None if q is None else Quantization(
+        np.asarray(q["scale"], np.float32), np.asarray(q["zero_point"], np.int64),
+        int(q.get("axis", 0)))
+    if data is not None:
+        data = np.asarray(data).reshape(entry["shape"])
+        data.setflags(write=False)
+    return Tensor(index, entry["name"], tuple(entry["shape"]), entry["dtype"], quant, data)
+
+
+@dataclasses.dataclass(frozen=True)
+class OperatorDescription:
+    """The integer operator a kernel computes, in the terms of TFLite's int8 operator set
+    (:mod:`.reference` is the specification): the builtin name, its options and, per operator
+    input, the tensor (:func:`tensor_description`) plus where its value is: ``"arg": k``,
+    argument ``k`` of the kernel's call (an activation, or a constant operand of ADD/MUL/
+    CONCATENATION), or ``"constant": j``, ``constants[j]`` (weights, biases, shapes, axes in
+    TFLite's own layout, which the kernel has already folded into its own form); ``None`` for
+    an omitted optional input. ``index`` is the operator's number in its source file (None:
+    none). Kept as function attributes with the kernel's :func:`kernel_hash`, so it holds for
+    as long as no pass changes the kernel (a pass that does, keeping the attributes, leaves a
+    kernel without description); :func:`tvm_serenity.frontend.relax_lift.operators_of` reads
+    it back."""
+
+    op: str
+    options: dict
+    inputs: tuple[dict | None, ...]
+    outputs: tuple[dict, ...]
+    constants: tuple[np.ndarray, ...] = ()
+    index: int | None = None
+
+    def attrs(self) -> dict:
+        text = json.dumps({"op": self.op, "options": _json_value(self.options),
+                           "inputs": list(self.inputs), "outputs": list(self.outputs),
+                           "index": self.index})
+        return {OPERATOR_ATTR: text,
+                CONSTANTS_ATTR: [tvm.runtime.tensor(np.ascontiguousarray(c))
+                                 for c in self.constants]}
+
+    @staticmethod
+    def of(func) -> OperatorDescription | None:
+        """The description in the attributes of ``func`` (None when it has none, or when a
+        pass changed the kernel after it was described and kept the attributes)."""
+        if not isinstance(func, relax.Function) or func.attrs is None \
+                or OPERATOR_ATTR not in func.attrs \
+                or str(func.attrs.get(KERNEL_HASH_ATTR, "")) != kernel_hash(func):
+            return None
+        d = json.loads(str(func.attrs[OPERATOR_ATTR]))
+        consts = tuple(c.numpy() for c in func.attrs[CONSTANTS_ATTR]) \
+            if CONSTANTS_ATTR in func.attrs else ()
+        options = {k: _options_value(v) for k, v in d["options"].items()}
+        return OperatorDescription(d["op"], options, tuple(d["inputs"]), tuple(d["outputs"]),
+                                   consts, d.get("index"))
+
+
+def describe_operator(model: TFLiteModel, op: Operator) -> OperatorDescription:
+    """The description of ``op`` when :func:`from_tflite` passes its data inputs (activations,
+    and for ADD/MUL/CONCATENATION every input) as kernel arguments in operator order."""
+    inputs, constants, args = [], [], 0
+    for i in op.inputs:
+        if i < 0:
+            inputs.append(None)
+            continue
+        t = model.tensors[i]
+        entry = tensor_description(t)
+        if t.data is None or op.op in _ALL_DATA:
+            entry["arg"], args = args, args + 1
+        else:
+            entry["constant"] = len(constants)
+            constants.append(t.data)
+        inputs.append(entry)
+    outputs = tuple(tensor_description(model.tensors[i]) for i in op.outputs)
+    return OperatorDescription(op.op, dict(op.options), tuple(inputs), outputs,
+                               tuple(constants), op.index)
+
+
 # ========================================================================= kernel functions
 def kernel_function(name: str, inputs: Sequence[relax.Expr],
-                    body: Callable[..., relax.Expr]) -> tuple[relax.Function, list[relax.Expr]]:
+                    body: Callable[..., relax.Expr],
+                    operator: OperatorDescription | None = None
+                    ) -> tuple[relax.Function, list[relax.Expr]]:
     """One kernel: a private Relax function with attribute ``Primitive`` computing
     ``body(*params)`` (one parameter per input, typed like it), and the arguments to call it
     with. ``FuseTIR`` accepts no tensor constant inside a primitive function, so every
     non-scalar constant ``body`` uses becomes a parameter of its own (arguments: ``inputs``,
     then those constants); scalars stay inline, where ``LegalizeOps`` folds them into the
     elementwise ops. ``body`` must not compute anything from constants alone (``FoldConstant``
-    would make that a tensor constant again): a constant operand is an input."""
+    would make that a tensor constant again): a constant operand is an input. ``operator``:
+    the integer operator the kernel computes, kept in its attributes
+    (:class:`OperatorDescription`; ``arg`` ``k`` of it is ``inputs[k]``)."""
     params = [relax.Var(v.name if isinstance(v, relax.Var) else f"x{i}", v.ty)
               for i, v in enumerate(inputs)]
     kb = relax.BlockBuilder()
@@ -458,7 +578,11 @@ def kernel_function(name: str, inputs: Sequence[relax.Expr],
     func = relax.Function(params + const_params,
                           relax.SeqExpr([relax.DataflowBlock(bindings)], func.body.body),
                           func.ret_ty, func.is_pure, func.attrs)
-    return relax.BlockBuilder().normalize(func), [*inputs, *consts]
+    func = relax.BlockBuilder().normalize(func)
+    if operator is not None:
+        for key, value in {**operator.attrs(), KERNEL_HASH_ATTR: kernel_hash(func)}.items():
+            func = func.with_attr(key, value)
+    return func, [*inputs, *consts]
 
 
 # ============================================================================ TFLite import
@@ -675,6 +799,68 @@ _ALL_DATA = frozenset({"ADD", "MUL", "CONCATENATION"})
 SUPPORTED_OPS = frozenset(_LOWER)
 
 
+def emit_operator(bb: relax.BlockBuilder, op: str, inputs: Sequence, output: Sequence,
+                  options: dict | None = None, name: str | None = None) -> relax.Var:
+    """Emit one integer operator of :data:`SUPPORTED_OPS` into ``bb``'s current dataflow
+    block, as :func:`from_tflite` writes it (a described kernel, so the module deploys to a
+    microcontroller too), and return its variable. Building a model with ``BlockBuilder``::
+
+        y = emit_operator(bb, "CONV_2D", [(x, 0.05, -3), (w, w_scales), (b, b_scales)],
+                          ((1, 8, 8, 16), "int8", 0.1, -128),
+                          {"padding": "SAME", "stride_h": 1, "stride_w": 1,
+                           "fused_activation_function": "RELU6"})
+
+    Each input is ``(value, scale, zero_point=0, axis=0)``, ``(value,)`` (no quantization) or
+    None (an omitted optional input): ``value`` a Relax tensor expression of ``bb`` (an
+    activation) or a numpy array (a constant, in TFLite's layout: OHWI filters, ``1 x KH x KW
+    x C`` depthwise filters, per-channel scales along axis 0 / 3); ``output`` is ``(shape,
+    dtype, scale, zero_point)``; ``options`` the TFLite builtin options (snake_case, as
+    :mod:`.tflite_model` reads them). The operator is checked as TFLite Micro's ``Prepare``
+    would (the reference interpreter's checks); errors name it."""
+    tensors, op_inputs, activations = [], [], []
+    for k, spec in enumerate(inputs):
+        if spec is None:
+            op_inputs.append(-1)
+            continue
+        value, *quant = spec
+        scale, zero_point, axis = (list(quant) + [None, 0, 0][len(quant):])[:3]
+        q = None if scale is None else Quantization(
+            np.atleast_1d(np.asarray(scale, np.float32)),
+            np.broadcast_to(np.atleast_1d(np.asarray(zero_point, np.int64)),
+                            np.atleast_1d(scale).shape).copy(), int(axis))
+        if isinstance(value, np.ndarray):
+            data = np.ascontiguousarray(value)
+            data.setflags(write=False)
+            tensors.append(Tensor(len(tensors), f"{name or op.lower()}_input{k}", value.shape,
+                                  str(value.dtype), q, data))
+        else:
+            ty = value.ty
+            tname = value.name if isinstance(value, relax.Var) else f"input{k}"
+            tensors.append(Tensor(len(tensors), tname,
+                                  tuple(int(d) for d in ty.shape.values), str(ty.dtype.dtype), q))
+            activations.append(value)
+        op_inputs.append(tensors[-1].index)
+    shape, dtype, scale, zero_point = output
+    out_q = None if scale is None else Quantization(np.asarray([scale], np.float32),
+                                                    np.asarray([zero_point], np.int64))
+    out_name = name or op.lower()
+    tensors.append(Tensor(len(tensors), out_name, tuple(shape), dtype, out_q))
+    operator = Operator(0, op, tuple(op_inputs), (len(tensors) - 1,), dict(options or {}))
+    graph_inputs = tuple(t.index for t in tensors[:-1] if t.data is None)
+    model = TFLiteModel(out_name, tuple(tensors), (operator,), graph_inputs,
+                        (len(tensors) - 1,), source=f"emit_operator({op})")
+    check_operators(model, SUPPORTED_OPS, "Relax importer")
+    ref.Interpreter(model)                      # the reference's checks, as from_tflite's
+    body = _LOWER[op](_Op(model, operator))
+    args = [activations.pop(0) if model.tensors[i].data is None
+            else relax.const(model.tensors[i].data, model.tensors[i].dtype)
+            for i in op_inputs if i >= 0 and (op in _ALL_DATA or model.tensors[i].data is None)]
+    description = dataclasses.replace(describe_operator(model, operator), index=None)
+    fname = f"{GRAPH_OPS.get(op, op.lower())}_{out_name}"
+    func, call_args = kernel_function(fname, args, body, description)
+    return bb.emit(relax.Call(bb.add_func(func, fname), call_args), name_hint=out_name)
+
+
 def from_tflite(model: TFLiteModel | str | os.PathLike) -> tvm.IRModule:
     """Import an int8 TFLite model (a :class:`TFLiteModel` or a ``.tflite`` path) as a Relax
     module with integer semantics, bit-exact with TFLite Micro (see the module docstring).
@@ -706,7 +892,8 @@ def from_tflite(model: TFLiteModel | str | os.PathLike) -> tvm.IRModule:
                           for i in op.inputs if i >= 0 and (
                               op.op in _ALL_DATA or model.tensors[i].data is None)]
                 fname = f"{GRAPH_OPS.get(op.op, op.op.lower())}_{op.index}"
-                func, args = kernel_function(fname, inputs, body)
+                func, args = kernel_function(fname, inputs, body,
+                                             describe_operator(model, op))
                 call = relax.Call(bb.add_func(func, fname), args)
                 out = op.outputs[0]
                 emit = bb.emit_output if out in outputs else bb.emit

@@ -12,6 +12,16 @@ Run it after fusion (``FuseOps``/``FuseTIR`` move a fused group to its first mem
 bindings) and before ``ToNonDataflow``. Functions marked ``Primitive`` (fused groups not yet
 turned into TIR) or offloaded to an external ``Codegen`` are not touched.
 
+With ``memory_model="mcu"`` the pass decides the order of a microcontroller build: ``main``
+(one dataflow block of integer kernels, as :func:`~tvm_serenity.frontend.from_tflite` writes
+it) is read back as operators (:func:`~tvm_serenity.frontend.relax_lift.read_main`) and
+scheduled on the graph the MCU back end compiles (:func:`~tvm_serenity.frontend.tflite_to_graph`:
+PADs folded into the convolutions reading them, Right-in-Place workspaces and exact aliases);
+its bindings are rebuilt in the order the method returns (a folded PAD right before its reader),
+which the back end then compiles as it stands. The method's order is taken as it is (it may
+tie the stored peak: the arena planner works on it), and the :class:`ScheduleResult` is kept as
+``.result``.
+
 What it decided is kept twice: on the pass instance as ``.report`` (a :class:`ScheduleReport`)
 and in the module attribute ``"serenity.schedule"`` as JSON (:func:`read_report`).
 """
@@ -24,8 +34,10 @@ from dataclasses import asdict, dataclass, field
 import tvm
 from tvm import relax
 
+from ..frontend.relax_lift import LiftError, read_main
+from ..frontend.to_graph import tflite_to_graph
 from ..memory import simulate
-from ..schedule import METHODS, schedule
+from ..schedule import METHODS, Deadline, ScheduleResult, schedule
 from .convert import (ConversionError, PassError, graph_of_bindings, relax_functions,
                       vars_used_after, with_blocks, with_report)
 
@@ -33,6 +45,7 @@ __all__ = ["MemoryAwareSchedule", "ScheduleReport", "BlockSchedule", "REPORT_ATT
            "read_report"]
 
 REPORT_ATTR = "serenity.schedule"
+MEMORY_MODELS = ("relax", "mcu")
 
 
 @dataclass(frozen=True)
@@ -105,22 +118,35 @@ class MemoryAwareSchedule:
     time_limit : seconds per block given to the method (None: the method's default).
     inplace : handed to the scheduler and the memory model: nodes marked in-place capable run
         in place when they may. Blocks read from Relax carry no such marks yet (the outputs of
-        ``R.call_tir_inplace`` are read as views, which is exact), so today it only matters to
-        graphs a later in-place lowering marks.
+        ``R.call_tir_inplace`` are read as views, which is exact), so it matters to the
+        ``"mcu"`` memory model and to graphs a later in-place lowering marks.
+    memory_model : ``"relax"`` (every block as :mod:`.convert` reads it) or ``"mcu"`` (``main``
+        as the microcontroller back end compiles it; module docstring).
     """
 
-    def __init__(self, method: str = "serenity", time_limit: float | None = None,
-                 inplace: bool = True):
+    def __init__(self, method: str = "serenity", time_limit: Deadline | float | None = None,
+                 inplace: bool = True, memory_model: str = "relax"):
         if method not in METHODS:
             raise PassError(f"MemoryAwareSchedule: unknown method '{method}' "
                             f"(choose from {', '.join(sorted(METHODS))})")
+        if memory_model not in MEMORY_MODELS:
+            raise PassError(f"MemoryAwareSchedule: unknown memory model '{memory_model}' "
+                            f"(choose from {', '.join(MEMORY_MODELS)})")
         self.method = method
         self.time_limit = time_limit
         self.inplace = inplace
-        self.report = ScheduleReport(method, inplace, time_limit)
+        self.memory_model = memory_model
+        self.report = ScheduleReport(method, inplace, self._seconds())
+        self.result: ScheduleResult | None = None     # memory_model="mcu": the method's answer
+
+    def _seconds(self) -> float | None:
+        t = self.time_limit
+        return round(t.remaining(), 3) if isinstance(t, Deadline) else t
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        report = ScheduleReport(self.method, self.inplace, self.time_limit)
+        report = ScheduleReport(self.method, self.inplace, self._seconds())
+        if self.memory_model == "mcu":
+            return self._schedule_operators(mod, report)
         updates = {}
         for gvar, func in relax_functions(mod):
             body = self._schedule_seq(func.body, gvar.name_hint, "", report)
@@ -178,3 +204,49 @@ class MemoryAwareSchedule:
             optimal=res.optimal or before <= res.lower_bound_bytes, changed=changed,
             seconds=res.seconds, order=tuple(order), graph=bg.graph.to_json())
         return decision, (bg.rebuild(block, order) if changed else block)
+
+    def _schedule_operators(self, mod: tvm.IRModule, report: ScheduleReport) -> tvm.IRModule:
+        """``memory_model="mcu"`` (module docstring)."""
+        where = "MemoryAwareSchedule(memory_model='mcu')"
+        main = mod["main"] if any(g.name_hint == "main" for g in mod.functions) else None
+        if not isinstance(main, relax.Function) or len(main.body.blocks) != 1 \
+                or not isinstance(main.body.blocks[0], relax.DataflowBlock):
+            raise PassError(f"{where}: main must be one dataflow block of integer kernels")
+        try:
+            model, bindings = read_main(mod)
+        except LiftError as e:
+            raise PassError(f"{where}: {e}") from None
+        graph = tflite_to_graph(model, fold_pad=True, name="main")
+        stored = graph.op_names
+        before = simulate(graph, stored, self.inplace).peak_bytes
+        res = schedule(graph, self.method, inplace=self.inplace, time_limit=self.time_limit)
+        of_index = {op.index: (op, b) for op, b in zip(model.operators, bindings)}
+        producer = {op.outputs[0]: op.index for op in model.operators}
+        placed: dict[int, relax.Binding] = {}
+
+        def place(index: int) -> None:
+            if index in placed:
+                return
+            op, binding = of_index[index]
+            for t in op.inputs:          # a folded PAD is no node: it runs right before
+                if t in producer:        # its reader
+                    place(producer[t])
+            placed[index] = binding
+
+        for name in res.order:
+            place(int(graph.nodes[name].attrs["tflite_index"]))
+        for op in model.operators:
+            place(op.index)
+        block = main.body.blocks[0]
+        ordered = list(placed.values())
+        rest = [b for b in block.bindings if all(not b.same_as(o) for o in ordered)]
+        self.result = res
+        report.blocks.append(BlockSchedule(
+            function="main", block="0", bindings=len(block.bindings), peak_before=before,
+            peak_after=res.peak_bytes, lower_bound=res.lower_bound_bytes, optimal=res.optimal,
+            changed=list(res.order) != list(stored), seconds=res.seconds,
+            order=tuple(res.order), graph=graph.to_json()))
+        self.report = report
+        new = with_blocks(main, [relax.DataflowBlock(ordered + rest)])
+        return with_report(mod, {mod.get_global_var("main"): new}, REPORT_ATTR,
+                           report.to_json())

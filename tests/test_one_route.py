@@ -1,0 +1,224 @@
+"""The one route (#18): front end -> Relax integer kernels -> read back -> the MCU back end.
+
+Checks that reading a module back (``operators_of``) gives the model it was imported from on
+every shared model, that a module built with ``BlockBuilder`` deploys through the same call as a
+``.tflite`` (bit-exact on host and rp2040js against the reference, and against TFLite Micro on
+the ``model.tflite`` the build writes), and that what the route cannot compile is named.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+from tvm.script import relax as R
+
+from tflite_cases import MODEL_FILES, model_path
+from toolchain import needs_cc, needs_rp2040js
+from tvm_serenity import micro
+from tvm_serenity.errors import SerenityError
+from tvm_serenity.codegen.graph_c import integer_core
+from tvm_serenity.frontend import load_tflite, tflite_to_graph
+from tvm_serenity.frontend.builder import tflite_bytes
+from tvm_serenity.frontend.interpreters import available, run_interpreter
+from tvm_serenity.frontend.reference import Interpreter
+from tvm_serenity.frontend.relax_import import emit_operator, from_tflite
+from tvm_serenity.frontend.relax_lift import LiftError, operators_of
+from tvm_serenity.frontend.tflite_model import parse_tflite
+from tvm_serenity.passes import FoldPad, MemoryAwareSchedule
+
+ALL_MODELS = MODEL_FILES + ["mlperf_tiny/ad01_int8.tflite", "mlperf_tiny/kws_ref_model.tflite",
+                            "mlperf_tiny/pretrainedResnet_quant.tflite",
+                            "mlperf_tiny/vww_96_int8.tflite"]
+
+
+def _inputs(model, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in model.inputs:
+        t = model.tensors[i]
+        out.append(rng.integers(-128, 128, t.shape).astype(np.int8) if t.dtype == "int8"
+                   else rng.uniform(-1, 1, t.shape).astype(np.float32))
+    return out
+
+
+def _graph_json(model):
+    g = tflite_to_graph(model, fold_pad=True).to_json()
+    for n in g["nodes"]:
+        n.get("attrs", {}).pop("tensor_index", None)     # tensors are renumbered
+    return g
+
+
+def _operators(model):
+    return [(op.index, op.op, dict(op.options)) for op in model.operators]
+
+
+@pytest.mark.parametrize("rel", ALL_MODELS)
+def test_reading_the_module_back_gives_the_model(rel):
+    core = integer_core(load_tflite(model_path(rel)), float_edges=True).model
+    lifted = operators_of(from_tflite(core), core.name, core.source)
+    assert _operators(lifted) == _operators(core)
+    assert _graph_json(lifted) == _graph_json(core)
+    assert [lifted.tensors[i].name for i in lifted.inputs + lifted.outputs] == \
+        [core.tensors[i].name for i in core.inputs + core.outputs]
+    xs = _inputs(core)
+    for a, b in zip(Interpreter(core).run(xs), Interpreter(lifted).run(xs)):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    # and written as a .tflite, it is still the same model
+    again = parse_tflite(tflite_bytes(lifted))
+    assert _operators(again) == [(k, op, o) for k, (_, op, o) in enumerate(_operators(core))]
+    for a, b in zip(Interpreter(core).run(xs), Interpreter(again).run(xs)):
+        assert np.array_equal(a, b)
+
+
+def test_operators_follow_the_binding_order_the_passes_leave():
+    mod = from_tflite(model_path("keras/randwire_cifar100_C78_cellA.tflite"))
+    scheduled = MemoryAwareSchedule()(mod)
+    # from_tflite names each kernel after its operator: conv2d_5 computes operator 5
+    order = [int(b.value.op.name_hint.rsplit("_", 1)[1])
+             for b in scheduled["main"].body.blocks[0].bindings]
+    assert order != sorted(order)                 # the schedule moved something
+    assert [op.index for op in operators_of(scheduled).operators] == order
+
+
+def _block_model():
+    """int8 image -> CONV_2D (RELU6) -> DEPTHWISE_CONV_2D -> ADD (residual) -> MEAN, built with
+    BlockBuilder and emit_operator; two outputs (the pooled vector and the sum)."""
+    rng = np.random.default_rng(3)
+    bb = relax.BlockBuilder()
+    x = relax.Var("image", relax.TensorType((1, 9, 9, 3), "int8"))
+    conv = {"padding": "SAME", "stride_h": 1, "stride_w": 1, "dilation_h_factor": 1,
+            "dilation_w_factor": 1}
+    ws = rng.uniform(0.004, 0.02, 8).astype(np.float32)
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            c = emit_operator(
+                bb, "CONV_2D", [(x, 0.05, -3), (rng.integers(-127, 128, (8, 3, 3, 3))
+                                                .astype(np.int8), ws),
+                                (rng.integers(-900, 900, 8).astype(np.int32), ws * 0.05)],
+                ((1, 9, 9, 8), "int8", 0.1, -128),
+                {**conv, "fused_activation_function": "RELU6"}, name="conv")
+            d = emit_operator(
+                bb, "DEPTHWISE_CONV_2D",
+                [(c, 0.1, -128), (rng.integers(-127, 128, (1, 3, 3, 8)).astype(np.int8), ws, 0,
+                                  3), (rng.integers(-900, 900, 8).astype(np.int32), ws * 0.1)],
+                ((1, 9, 9, 8), "int8", 0.08, 5),
+                {**conv, "depth_multiplier": 1, "fused_activation_function": "NONE"},
+                name="dw")
+            a = emit_operator(bb, "ADD", [(d, 0.08, 5), (c, 0.1, -128)],
+                              ((1, 9, 9, 8), "int8", 0.12, 0),
+                              {"fused_activation_function": "NONE"}, name="sum")
+            m = emit_operator(bb, "MEAN", [(a, 0.12, 0), (np.array([1, 2], np.int32),)],
+                              ((1, 8), "int8", 0.12, 0), {"keep_dims": False}, name="pooled")
+            outs = bb.emit_output(relax.Tuple([m, a]))
+        bb.emit_func_output(outs)
+    return bb.get()
+
+
+@needs_cc
+def test_a_blockbuilder_module_deploys_like_a_tflite(tmp_path):
+    mod = _block_model()
+    built = micro.build_model(mod, "host", tmp_path / "host")
+    plan = json.loads((built.out_dir / "plan.json").read_text())
+    relax_entry = plan["relax"]
+    assert (relax_entry["front_end"], relax_entry["kernels"]) == ("relax", 4)
+    [scheduled] = relax_entry["passes"]         # the pass that ordered main decided the order
+    assert scheduled["name"] == "MemoryAwareSchedule" and scheduled["memory_model"] == "mcu"
+    assert scheduled["peak_after"] == plan["schedule"]["peak_bytes"]
+    assert scheduled["lower_bound"] == plan["schedule"]["lower_bound_bytes"]
+    assert [e["name"] for e in plan["inputs"]] == ["image"]
+    assert [e["name"] for e in plan["outputs"]] == ["pooled", "sum"]
+    result = micro.run_model(built.out_dir)               # checked against the reference
+    # independently: TFLite Micro on the operators the build wrote
+    model = load_tflite(built.out_dir / "model.tflite")
+    x = np.frombuffer((built.out_dir / "input.bin").read_bytes(), np.int8).reshape(1, 9, 9, 3)
+    if available("tflm"):
+        tflm = run_interpreter("tflm", built.out_dir / "model.tflite", [[x]])[0]
+        assert list(result.outputs) == [np.asarray(tflm[i], np.int8).tobytes()
+                                        for i in model.outputs]
+    # the same module through the tflite route gives the same C (but the line naming it)
+    again = micro.build_model(built.out_dir / "model.tflite", "host", tmp_path / "again")
+
+    def c_text(b):
+        return [line for line in (b.model_dir / "model.c").read_text().splitlines()
+                if "Relax module" not in line and "model.tflite" not in line]
+    assert c_text(again) == c_text(built)
+
+
+@needs_rp2040js
+def test_a_blockbuilder_module_runs_on_the_emulated_pico(tmp_path):
+    built = micro.build_model(_block_model(), "pico", tmp_path / "pico")
+    result = micro.run_model(built.out_dir)               # raises unless bit-exact
+    assert result.backend == "rp2040js" and result.cycles > 0
+
+
+def _float_module():
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 4), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(R.nn.relu(x))
+        bb.emit_func_output(y)
+    return bb.get()
+
+
+def test_what_the_route_cannot_compile_is_named(tmp_path):
+    with pytest.raises(LiftError, match=r"binding 'gv' computes nn.relu, not an integer kernel"):
+        operators_of(_float_module())
+    with pytest.raises(LiftError, match="no 'main' function"):
+        operators_of(tvm.IRModule())
+    # nothing is written when the module cannot be compiled
+    with pytest.raises(LiftError, match="nn.relu"):
+        micro.build_model(_float_module(), "host", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_kernel_a_pass_rewrote_is_refused_with_its_name():
+    folded = FoldPad()(from_tflite(model_path("tinyengine/vww.tflite")))
+    with pytest.raises(LiftError, match=r"does not say which integer operator it computes"):
+        operators_of(folded)
+
+
+def test_producer_and_reader_must_agree_on_quantization():
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 4, 4, 2), "int8"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            r = emit_operator(bb, "RELU", [(x, 0.1, 0)], ((1, 4, 4, 2), "int8", 0.1, 0),
+                              name="r")
+            y = emit_operator(bb, "RELU", [(r, 0.2, 0)], ((1, 4, 4, 2), "int8", 0.2, 0),
+                              name="y")
+            bb.emit_output(y)
+        bb.emit_func_output(y)
+    with pytest.raises(LiftError, match=r"reads 'r' quantized as .*0\.2.*RELU\) as .*0\.1"):
+        operators_of(bb.get())
+
+
+def test_emit_operator_checks_the_operator_as_tflm_would():
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 4), "int8"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            with pytest.raises(SerenityError, match="SOFTMAX needs output scale 1/256"):
+                emit_operator(bb, "SOFTMAX", [(x, 0.1, 0)], ((1, 4), "int8", 0.5, 3))
+            y = bb.emit_output(emit_operator(bb, "RELU", [(x, 0.1, 0)],
+                                             ((1, 4), "int8", 0.1, 0)))
+        bb.emit_func_output(y)
+
+
+def test_tflite_builds_say_they_went_through_relax(tmp_path):
+    path = model_path("mlperf_tiny/ad01_int8.tflite")
+    built = micro.build_model(path, "host", tmp_path / "ad01", build=False)
+    plan = json.loads((built.out_dir / "plan.json").read_text())
+    assert plan["relax"]["front_end"] == "tflite"
+    assert plan["relax"]["kernels"] == len(load_tflite(path).operators)
+    assert [p["name"] for p in plan["relax"]["passes"]] == ["MemoryAwareSchedule"]
+    # the order compiled is the one the pass left in main, and it is the scheduler's
+    from tvm_serenity.schedule import schedule
+    core = integer_core(load_tflite(path), float_edges=True).model
+    expected = schedule(tflite_to_graph(core, fold_pad=True), "serenity", inplace=True)
+    assert plan["order"] == list(expected.order)
+    assert plan["schedule"]["peak_bytes"] == expected.peak_bytes

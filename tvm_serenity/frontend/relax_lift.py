@@ -1,0 +1,198 @@
+"""Read the integer operators of a Relax module back as the operator list the MCU back end
+compiles: the Relax -> microcontroller step of the one route (#18).
+
+Every integer kernel this project writes into Relax (:func:`~.relax_import.from_tflite`,
+:class:`~tvm_serenity.passes.LowerFakeQuant`, :func:`~.relax_import.emit_operator` for a
+``BlockBuilder``) carries the operator it computes (:class:`~.relax_import.OperatorDescription`:
+TFLite's builtin, options, each input's tensor and quantization and where its value is).
+:func:`operators_of` walks ``main``'s bindings **in the order they have now** (so after
+:class:`~tvm_serenity.passes.MemoryAwareSchedule`, in the scheduled order) and rebuilds a
+:class:`~.tflite_model.TFLiteModel`:
+
+* ``main``'s parameters are the model's inputs (their name and quantization: what their first
+  reader says), its result (one tensor or a tuple) the outputs;
+* each binding ``y = kernel(args...)`` is one operator whose inputs are the tensors of the
+  variables passed (a constant argument, e.g. the constant operand of a MUL, becomes a
+  constant tensor) and the description's own constants; ``y`` is its output tensor;
+  ``y = x`` (a variable alias) and ``t = (a, b)`` (the result's tuple) add nothing;
+* tensors are numbered in order of appearance; operators keep their source file's number when
+  the description has one (so graph node names, ``conv2d_5``, are the file's).
+
+Every tensor's quantization is stated twice, by its producer and by each reader: they must
+agree, as must shapes and dtypes with the Relax types. Anything else in ``main`` (a float op
+left by a front end, an ``R.call_tir`` of a lowered kernel, a kernel without description as
+``FoldPad`` or ``RiPLowering`` write them) is refused with :class:`LiftError` naming the
+binding and what it computes. The result is checked by the reference interpreter, the
+specification every back end is checked against (its errors name the operator).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from ..errors import SerenityError
+from .reference import Interpreter
+from .relax_import import OperatorDescription, described_tensor
+from .tflite_model import Operator, Tensor, TFLiteModel
+
+__all__ = ["LiftError", "operators_of", "read_main"]
+
+
+class LiftError(SerenityError):
+    """A Relax module holds something the microcontroller route cannot compile."""
+
+
+def _what(value) -> str:
+    if isinstance(value, relax.Call):
+        op = value.op
+        if isinstance(op, tvm.ir.Op):
+            return op.name.removeprefix("relax.")
+        if isinstance(op, tvm.ir.GlobalVar):
+            return f"kernel '{op.name_hint}'"
+        return "a call"
+    return type(value).__name__
+
+
+class _Lift:
+    def __init__(self, mod: tvm.IRModule, name: str, source: str):
+        self.mod, self.name, self.source = mod, name, source
+        self.tensors: list[Tensor] = []
+        self.of_var: dict[relax.Var, int] = {}
+        self.entries: dict[int, tuple[dict | None, str]] = {}   # tensor -> (quant, who said)
+        self.params: set[int] = set()
+        self.bindings: list[relax.Binding] = []               # one per operator
+
+    def fail(self, what: str) -> LiftError:
+        return LiftError(f"{self.source}: {what}")
+
+    def new_tensor(self, entry: dict, data=None) -> int:
+        index = len(self.tensors)
+        self.tensors.append(described_tensor(index, entry, data))
+        return index
+
+    def check_type(self, entry: dict, ty, who: str) -> None:
+        if isinstance(ty, relax.TensorType) and ty.shape is not None:
+            shape = [int(d) for d in ty.shape.values]
+            dtype = str(ty.dtype.dtype)
+            if shape != list(entry["shape"]) or dtype != entry["dtype"]:
+                raise self.fail(f"{who}: the kernel says tensor '{entry['name']}' is "
+                                f"{entry['dtype']} {list(entry['shape'])}, Relax has it as "
+                                f"{dtype} {shape}")
+
+    def read(self, index: int, entry: dict, who: str) -> None:
+        """``entry`` (a reader's view of tensor ``index``) agrees with what is known."""
+        t = self.tensors[index]
+        if list(t.shape) != list(entry["shape"]) or t.dtype != entry["dtype"]:
+            raise self.fail(f"{who} reads '{t.name}' as {entry['dtype']} "
+                            f"{list(entry['shape'])}, it is {t.dtype} {list(t.shape)}")
+        if index in self.params and index not in self.entries:
+            # a graph input: its first reader says how it is quantized and what it is called
+            self.tensors[index] = described_tensor(index, entry)
+            self.entries[index] = (entry.get("quant"), who)
+            return
+        known, said = self.entries[index]
+        if known != entry.get("quant"):
+            raise self.fail(f"{who} reads '{t.name}' quantized as {entry.get('quant')}, "
+                            f"{said} as {known}")
+
+    def operator(self, position: int, var: relax.Var, call: relax.Call) -> Operator:
+        who = f"main: binding '{var.name}'"
+        func = self.mod[call.op] if isinstance(call.op, tvm.ir.GlobalVar) else None
+        desc = OperatorDescription.of(func) if func is not None else None
+        if desc is None:
+            why = ("which does not say which integer operator it computes (kernels of "
+                   "from_tflite, LowerFakeQuant and emit_operator do; FoldPad, RiPLowering and "
+                   "IdentityGraphRewrite write kernels only the llvm route compiles)"
+                   if func is not None else
+                   "not an integer kernel (a float or unlowered operator: run LowerFakeQuant, "
+                   "or import with from_tflite)")
+            raise self.fail(f"{who} computes {_what(call)}, {why}")
+        who = f"{who} ({desc.op})"
+        inputs = []
+        for entry in desc.inputs:
+            if entry is None:
+                inputs.append(-1)
+            elif "constant" in entry:
+                inputs.append(self.new_tensor(entry, desc.constants[entry["constant"]]))
+            else:
+                arg = call.args[entry["arg"]]
+                if isinstance(arg, relax.Var) and arg in self.of_var:
+                    self.read(self.of_var[arg], entry, who)
+                    inputs.append(self.of_var[arg])
+                elif isinstance(arg, tvm.ir.Constant):
+                    inputs.append(self.new_tensor(entry, arg.value.numpy()))
+                else:
+                    raise self.fail(f"{who}: argument {entry['arg']} ({_what(arg)}) is "
+                                    "neither a tensor of main nor a constant")
+        if len(desc.outputs) != 1:
+            raise self.fail(f"{who}: {len(desc.outputs)} outputs, the route takes one")
+        self.check_type(desc.outputs[0], var.ty, who)
+        out = self.new_tensor(desc.outputs[0])
+        self.entries[out] = (desc.outputs[0].get("quant"), who)
+        self.of_var[var] = out
+        index = position if desc.index is None else desc.index
+        return Operator(index, desc.op, tuple(inputs), (out,), dict(desc.options))
+
+    def lift(self) -> TFLiteModel:
+        if not any(gv.name_hint == "main" for gv in self.mod.functions):
+            raise self.fail("the module has no 'main' function")
+        main = self.mod["main"]
+        if not isinstance(main, relax.Function):
+            raise self.fail("'main' is not a Relax function")
+        inputs = []
+        for p in main.params:
+            if not isinstance(p.ty, relax.TensorType) or p.ty.shape is None:
+                raise self.fail(f"main: parameter '{p.name}' is not a tensor of known "
+                                "shape")
+            inputs.append(self.new_tensor({"name": p.name, "dtype": str(p.ty.dtype.dtype),
+                                           "shape": [int(d) for d in p.ty.shape.values],
+                                           "quant": None}))
+            self.of_var[p] = inputs[-1]
+            self.params.add(inputs[-1])
+        operators = []
+        tuples: dict[relax.Var, relax.Tuple] = {}     # the result, bound as a tuple
+        for block in main.body.blocks:
+            for b in block.bindings:
+                if isinstance(b.value, relax.Var) and b.value in self.of_var:
+                    self.of_var[b.var] = self.of_var[b.value]
+                    continue
+                if isinstance(b.value, relax.Tuple):
+                    tuples[b.var] = b.value
+                    continue
+                if not isinstance(b, relax.VarBinding) or not isinstance(b.value, relax.Call):
+                    raise self.fail(f"main: binding '{b.var.name}' computes "
+                                    f"{_what(b.value)}, not an integer kernel")
+                operators.append(self.operator(len(operators), b.var, b.value))
+                self.bindings.append(b)
+        indices = [op.index for op in operators]
+        if len(set(indices)) != len(indices):
+            operators = [Operator(k, op.op, op.inputs, op.outputs, op.options)
+                         for k, op in enumerate(operators)]
+        result = main.body.body
+        result = tuples.get(result, result)
+        fields = result.fields if isinstance(result, relax.Tuple) else [result]
+        outputs = []
+        for f in fields:
+            if not isinstance(f, relax.Var) or f not in self.of_var:
+                raise self.fail(f"main returns {_what(f)}, not a tensor a kernel computes")
+            outputs.append(self.of_var[f])
+        model = TFLiteModel(self.name, tuple(self.tensors), tuple(operators), tuple(inputs),
+                            tuple(outputs), source=self.source)
+        Interpreter(model)          # the specification's checks (errors name the operator)
+        return model
+
+
+def operators_of(mod: tvm.IRModule, name: str = "model", source: str | None = None
+                 ) -> TFLiteModel:
+    """The integer operator list ``main`` of ``mod`` computes, in its binding order (module
+    docstring); ``name`` names the model, ``source`` it in messages (default: ``name``)."""
+    return read_main(mod, name, source)[0]
+
+
+def read_main(mod: tvm.IRModule, name: str = "model", source: str | None = None
+              ) -> tuple[TFLiteModel, list[relax.Binding]]:
+    """:func:`operators_of` and, for each operator, the binding of ``main`` it was read from."""
+    lift = _Lift(mod, name, source or name)
+    return lift.lift(), lift.bindings
