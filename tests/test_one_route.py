@@ -176,6 +176,15 @@ def test_what_the_route_cannot_compile_is_named(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_an_operator_the_mcu_emitter_lacks_is_refused_before_anything_is_written(tmp_path):
+    from tflite_cases import SINGLE_OP_MODELS
+    with pytest.raises(SerenityError, match=r"operator 0 \(DEPTHWISE_CONV_2D\): depth "
+                                            "multiplier != 1"):
+        micro.build_model(from_tflite(parse_tflite(SINGLE_OP_MODELS["depthwise_mult2"]())),
+                          "host", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_kernel_a_pass_rewrote_is_refused_with_its_name():
     folded = FoldPad()(from_tflite(model_path("tinyengine/vww.tflite")))
     with pytest.raises(LiftError, match=r"does not say which integer operator it computes"):
@@ -222,3 +231,93 @@ def test_tflite_builds_say_they_went_through_relax(tmp_path):
     expected = schedule(tflite_to_graph(core, fold_pad=True), "serenity", inplace=True)
     assert plan["order"] == list(expected.order)
     assert plan["schedule"]["peak_bytes"] == expected.peak_bytes
+
+
+# ------------------------------------------------------------------------------ ONNX in
+onnx_cnns = pytest.importorskip("tvm_serenity.zoo.onnx_cnns")
+
+
+@pytest.fixture(scope="module")
+def onnx_models(tmp_path_factory):
+    return {(name, sym): onnx_cnns.quantized(onnx_cnns.MODELS[name][0](),
+                                             tmp_path_factory.mktemp(name), symmetric=sym)
+            for name, sym in onnx_cnns.VARIANTS}
+
+
+def _llvm_outputs(mod, inputs):
+    ex = tvm.compile(mod, target="llvm")
+    out = relax.VirtualMachine(ex, tvm.cpu())["main"](*[tvm.runtime.tensor(a) for a in inputs])
+    return [out.numpy()] if isinstance(out, tvm.runtime.Tensor) else [o.numpy() for o in out]
+
+
+@needs_cc
+@pytest.mark.parametrize("name, symmetric", onnx_cnns.VARIANTS,
+                         ids=[f"{n}-{'sym' if s else 'asym'}" for n, s in onnx_cnns.VARIANTS])
+def test_an_onnx_qdq_model_deploys_through_the_same_call(onnx_models, name, symmetric,
+                                                         tmp_path):
+    from tvm_serenity.frontend.onnx_import import (compare_int8, from_onnx,
+                                                   onnx_reference_int8, quantize_outputs)
+    path = onnx_models[name, symmetric]
+    inputs = onnx_cnns.model_inputs(path, 11)
+    built = micro.build_model(path, "host", tmp_path / "out", input=inputs)
+    plan = json.loads((built.out_dir / "plan.json").read_text())
+    assert plan["relax"]["front_end"] == "onnx"          # from_onnx ran LowerFakeQuant
+    assert [p["name"] for p in plan["relax"]["passes"]] == ["MemoryAwareSchedule"]
+    result = micro.run_model(built.out_dir)          # == the reference on model.tflite
+    ours = [np.frombuffer(raw, np.float32).reshape(t.shape)
+            for raw, t in zip(result.outputs, built.emitted.outputs)]
+    # the C the description gave is what LowerFakeQuant's kernels compute on llvm, exactly
+    for a, b in zip(ours, _llvm_outputs(from_onnx(path), inputs)):
+        assert np.array_equal(a, b)
+    # and within the requantization difference of onnxruntime (float scale, round half to
+    # even, vs TFLite's fixed point: 1 LSB per operator, test_onnx_import has the bounds)
+    for got, want in zip(quantize_outputs(path, ours), onnx_reference_int8(path, inputs)):
+        lsb, _ = compare_int8(got, want)
+        assert lsb <= 3
+
+
+@needs_rp2040js
+def test_an_onnx_qdq_model_runs_on_the_emulated_pico(onnx_models, tmp_path):
+    path = onnx_models["conv_stack", False]
+    built = micro.build_model(path, "pico", tmp_path / "pico")
+    result = micro.run_model(built.out_dir)          # raises unless bit-exact
+    assert result.backend == "rp2040js"
+
+
+# ------------------------------------------------ TVM's own TFLite frontend, LowerFakeQuant
+STOCK = ["conv3x3_same_relu6", "fc_per_tensor", "add_broadcast", "mean_hw_drop", "concat_width", "softmax", "hard_swish",
+         "logistic", "relu_requant"]
+
+
+@needs_cc
+@pytest.mark.parametrize("case", STOCK)
+def test_a_stock_frontend_module_deploys_after_lowerfakequant(case, tmp_path):
+    """TVM's frontend writes float ops between quantize/dequantize; the route lowers them and
+    the C computes what TFLite's interpreter computes on the original file, byte for byte."""
+    import tflite
+    import tvm.relax.frontend.tflite  # noqa: F401  (registers relax.frontend.tflite)
+    from tflite_cases import SINGLE_OP_MODELS
+    buf = SINGLE_OP_MODELS[case]()
+    model = parse_tflite(buf, f"{case}.tflite")
+    mod = relax.frontend.tflite.from_tflite(tflite.Model.GetRootAsModel(buf, 0))
+    xs = _inputs(model, 4)
+    built = micro.build_model(mod, "host", tmp_path / "out", input=xs)
+    plan = json.loads((built.out_dir / "plan.json").read_text())
+    assert [p["name"] for p in plan["relax"]["passes"]][0] == "LowerFakeQuant"
+    result = micro.run_model(built.out_dir)
+    want = Interpreter(model).run(xs)
+    assert list(result.outputs) == [np.ascontiguousarray(w).tobytes() for w in want]
+
+
+def test_a_stock_integer_pool_of_the_graph_input_is_refused():
+    """The frontend writes an int8 AVERAGE_POOL_2D as integer ops that never say the
+    quantization; on the graph input nothing else does either."""
+    import tflite
+    import tvm.relax.frontend.tflite  # noqa: F401
+    from tflite_cases import SINGLE_OP_MODELS
+    from tvm_serenity.passes import LowerFakeQuant
+    buf = SINGLE_OP_MODELS["avg_pool_same_s2"]()
+    mod = LowerFakeQuant()(relax.frontend.tflite.from_tflite(tflite.Model.GetRootAsModel(buf, 0)))
+    with pytest.raises(LiftError, match=r"\(AVERAGE_POOL_2D\) reads the graph input .* nothing "
+                                        "says which"):
+        operators_of(mod)

@@ -1,15 +1,26 @@
-"""From a ``.tflite`` file to a measured deployment on a Pico, a Pico 2 or the host, in two calls.
+"""From a model to a measured deployment on a Pico, a Pico 2 or the host, in two calls.
 
-:func:`compile_tflite` runs the whole pipeline and writes everything into ``out_dir``::
+:func:`compile_tflite` (a ``.tflite``) and :func:`compile_module` (a Relax module of integer
+kernels, e.g. built with ``BlockBuilder`` or from ONNX) share one route and write everything
+into ``out_dir``::
 
-    TFLite int8 model ─ integer_core (float edges kept, or stripped with int8_core=True)
+    front end: TFLite int8 model, or a Relax module read back as operators
+        ─ integer_core (float edges kept, or stripped with int8_core=True)
+        ─ from_tflite                          Relax, one integer kernel per operator
+        ─ MemoryAwareSchedule(memory_model="mcu")   the pass orders main (tvm_serenity.passes)
+        ─ operators_of                         main read back in the order the pass left
         ─ tflite_to_graph (graph IR, PAD folded into convolutions, in-place flags)
-        ─ schedule(graph, method)              memory-aware order (tvm_serenity.schedule)
         ─ plan_arena(graph, order, planner)    offsets in one arena, verified (tvm_serenity.alloc)
         ─ emit_model                           model.c / model.h (tvm_serenity.codegen.graph_c)
         ─ micro.generate_project + build       firmware, SRAM fit check (tvm_serenity.micro)
 
-``rewrite=True`` inserts identity graph rewriting between the graph and the schedule:
+``plan.json``'s ``relax`` entry says where the module came from (``front_end``), how many
+described kernels it had and what each pass decided (``passes``: ``LowerFakeQuant``'s lowered
+patterns for a module with float quantize/dequantize, ``MemoryAwareSchedule``'s peaks before and
+after, lower bound, optimality).
+
+``rewrite=True`` replaces the schedule pass with identity graph rewriting on the graph IR
+(the rewritten nodes are kernels of the MCU emitter, not TFLite operators):
 :func:`tvm_serenity.rewrite.rewrite_graph` partitions ``concat -> (elementwise ops) -> conv`` and
 ``concat -> depthwise`` patterns (int32 partial sums accumulated in place and requantized once;
 depthwise slices written into one output), keeping a rewrite only where the scheduler's peak

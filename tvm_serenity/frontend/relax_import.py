@@ -10,7 +10,8 @@ operators, int32 accumulators, and TFLite's fixed-point requantization as Relax 
 with the attribute ``Primitive`` (the form ``FuseOps`` produces; ``FuseTIR`` turns each into one
 PrimFunc and ``FuseOps`` leaves calls to it alone), named like the operator's node in
 :func:`~.to_graph.tflite_to_graph` (``conv2d_5``, ``add_12``, ...; operators whose kernels are
-identical up to their constants share the first one's function). ``main`` has one dataflow
+identical up to their constants would share one function, but their descriptions differ).
+``main`` has one dataflow
 block with one binding per operator, in stored (TFLite execution) order, each named after the
 operator's output tensor (sanitized, see :func:`tensor_var_names`). So the tensors between kernels
 are exactly the TFLite activation tensors: an int32 accumulator, the int16 zero-point-shifted
@@ -18,6 +19,14 @@ input of a convolution or a lookup index never leaves its kernel, and nothing of
 ever fused into one kernel. Weights, biases, per-channel multipliers and lookup tables are Relax
 constants that ``main`` passes to the kernels (``FuseTIR`` takes no tensor constants inside a
 primitive function); scalars stay inline. Layout is NHWC throughout, weights are HWIO.
+
+**Every kernel says what it computes.** Each carries its :class:`OperatorDescription` (the
+TFLite operator, options, tensors with their quantization, its constants in TFLite's layout)
+and the :func:`kernel_hash` of the kernel described, as function attributes: the
+microcontroller route reads ``main`` back as operators through them
+(:mod:`.relax_lift`), a pass that changes a kernel invalidates its description.
+:func:`emit_operator` writes one such kernel into any ``BlockBuilder`` function, so a model
+built by hand deploys like an imported one.
 
 **Arithmetic.** The fixed-point helpers below restate :mod:`.reference`'s primitives as Relax
 expressions on int64 values: :func:`multiply_by_quantized_multiplier` (double rounding, with the
@@ -475,8 +484,11 @@ class OperatorDescription:
     argument ``k`` of the kernel's call (an activation, or a constant operand of ADD/MUL/
     CONCATENATION), or ``"constant": j``, ``constants[j]`` (weights, biases, shapes, axes in
     TFLite's own layout, which the kernel has already folded into its own form); ``None`` for
-    an omitted optional input. ``index`` is the operator's number in its source file (None:
-    none). Kept as function attributes with the kernel's :func:`kernel_hash`, so it holds for
+    an omitted optional input. ``pad``: ``{"paddings": [[before, after], ...], "value": v}``
+    when the kernel pads its first input with ``v`` before the operator (whose own padding is
+    then VALID): read back as a PAD (``v`` the zero point) or PADV2 before it, for a window
+    whose explicit padding TFLite's SAME/VALID cannot say. ``index`` is the operator's number
+    in its source file (None: none). Kept as function attributes with the kernel's :func:`kernel_hash`, so it holds for
     as long as no pass changes the kernel (a pass that does, keeping the attributes, leaves a
     kernel without description); :func:`tvm_serenity.frontend.relax_lift.operators_of` reads
     it back."""
@@ -487,11 +499,12 @@ class OperatorDescription:
     outputs: tuple[dict, ...]
     constants: tuple[np.ndarray, ...] = ()
     index: int | None = None
+    pad: dict | None = None
 
     def attrs(self) -> dict:
         text = json.dumps({"op": self.op, "options": _json_value(self.options),
                            "inputs": list(self.inputs), "outputs": list(self.outputs),
-                           "index": self.index})
+                           "index": self.index, "pad": self.pad})
         return {OPERATOR_ATTR: text,
                 CONSTANTS_ATTR: [tvm.runtime.tensor(np.ascontiguousarray(c))
                                  for c in self.constants]}
@@ -509,7 +522,7 @@ class OperatorDescription:
             if CONSTANTS_ATTR in func.attrs else ()
         options = {k: _options_value(v) for k, v in d["options"].items()}
         return OperatorDescription(d["op"], options, tuple(d["inputs"]), tuple(d["outputs"]),
-                                   consts, d.get("index"))
+                                   consts, d.get("index"), d.get("pad"))
 
 
 def describe_operator(model: TFLiteModel, op: Operator) -> OperatorDescription:

@@ -15,11 +15,15 @@ TFLite's builtin, options, each input's tensor and quantization and where its va
   variables passed (a constant argument, e.g. the constant operand of a MUL, becomes a
   constant tensor) and the description's own constants; ``y`` is its output tensor;
   ``y = x`` (a variable alias) and ``t = (a, b)`` (the result's tuple) add nothing;
+* a kernel that pads its input first (the description's ``pad``) is read as a PAD or PADV2
+  and the operator after it, both for the one binding;
 * tensors are numbered in order of appearance; operators keep their source file's number when
   the description has one (so graph node names, ``conv2d_5``, are the file's).
 
 Every tensor's quantization is stated twice, by its producer and by each reader: they must
-agree, as must shapes and dtypes with the Relax types. Anything else in ``main`` (a float op
+agree, as must shapes and dtypes with the Relax types (a kernel that computes in its input's
+quantization without knowing it, e.g. the integer average pool TVM's TFLite frontend writes,
+says ``"quant": "inherit"``: its input is what the producer says, its output the same). Anything else in ``main`` (a float op
 left by a front end, an ``R.call_tir`` of a lowered kernel, a kernel without description as
 ``FoldPad`` or ``RiPLowering`` write them) is refused with :class:`LiftError` naming the
 binding and what it computes. The result is checked by the reference interpreter, the
@@ -37,7 +41,17 @@ from .reference import Interpreter
 from .relax_import import OperatorDescription, described_tensor
 from .tflite_model import Operator, Tensor, TFLiteModel
 
-__all__ = ["LiftError", "operators_of", "read_main"]
+__all__ = ["LiftError", "operators_of", "read_main", "INHERIT"]
+
+
+_PLAIN = ("relax.permute_dims", "relax.reshape", "relax.dequantize")
+INHERIT = "inherit"     # a description's quantization: the producer's / the first input's
+
+
+def _scalar(expr) -> float | None:
+    if isinstance(expr, tvm.ir.Constant) and expr.ty.ndim == 0:
+        return expr.value.numpy().item()
+    return None
 
 
 class LiftError(SerenityError):
@@ -63,6 +77,7 @@ class _Lift:
         self.entries: dict[int, tuple[dict | None, str]] = {}   # tensor -> (quant, who said)
         self.params: set[int] = set()
         self.bindings: list[relax.Binding] = []               # one per operator
+        self.operators: list[Operator] = []
 
     def fail(self, what: str) -> LiftError:
         return LiftError(f"{self.source}: {what}")
@@ -89,16 +104,65 @@ class _Lift:
                             f"{list(entry['shape'])}, it is {t.dtype} {list(t.shape)}")
         if index in self.params and index not in self.entries:
             # a graph input: its first reader says how it is quantized and what it is called
+            if entry.get("quant") == INHERIT:
+                raise self.fail(f"{who} reads the graph input '{t.name}' in whatever "
+                                "quantization it has, and nothing says which")
             self.tensors[index] = described_tensor(index, entry)
             self.entries[index] = (entry.get("quant"), who)
             return
         known, said = self.entries[index]
+        if entry.get("quant") == INHERIT:
+            return
         if known != entry.get("quant"):
             raise self.fail(f"{who} reads '{t.name}' quantized as {entry.get('quant')}, "
                             f"{said} as {known}")
 
-    def operator(self, position: int, var: relax.Var, call: relax.Call) -> Operator:
+    def plain(self, position: int, var: relax.Var, call: relax.Call) -> Operator | None:
+        """A Relax data-movement op on a tensor of main, read as the TFLite operator it is
+        (``permute_dims`` TRANSPOSE, ``reshape`` RESHAPE, keeping the quantization, and
+        ``dequantize`` of int8 by scalars DEQUANTIZE), or None."""
+        name = call.op.name if isinstance(call.op, tvm.ir.Op) else None
+        if name not in _PLAIN or not call.args or call.args[0] not in self.of_var:
+            return None
+        source = self.tensors[self.of_var[call.args[0]]]
+        shape = [int(d) for d in var.ty.shape.values]
+        entry = {"name": var.name, "shape": shape, "dtype": str(var.ty.dtype.dtype),
+                 "quant": self.entries.get(source.index, (None, ""))[0]}
+        inputs = [source.index]
+        if name == "relax.permute_dims":
+            axes = call.attrs.axes
+            perm = list(range(len(source.shape)))[::-1] if axes is None else \
+                [int(a) for a in axes]
+            inputs.append(self.new_tensor({"name": f"{var.name}_perm", "shape": [len(perm)],
+                                           "dtype": "int32", "quant": None},
+                                          np.asarray(perm, np.int32)))
+            op, options = "TRANSPOSE", {}
+        elif name == "relax.reshape":
+            inputs.append(self.new_tensor({"name": f"{var.name}_shape", "shape": [len(shape)],
+                                           "dtype": "int32", "quant": None},
+                                          np.asarray(shape, np.int32)))
+            op, options = "RESHAPE", {"new_shape": tuple(shape)}
+        else:
+            scale, zero_point = (_scalar(a) for a in call.args[1:3])
+            if scale is None or zero_point is None or source.dtype != "int8":
+                return None
+            q = {"scale": [float(np.float32(scale))], "zero_point": [int(zero_point)],
+                 "axis": 0}
+            self.read(source.index, {"name": source.name, "shape": list(source.shape),
+                                     "dtype": "int8", "quant": q}, f"main: binding "
+                      f"'{var.name}' (DEQUANTIZE)")
+            op, options, entry = "DEQUANTIZE", {}, {**entry, "quant": None}
+        out = self.new_tensor(entry)
+        self.entries[out] = (entry["quant"], f"main: binding '{var.name}' ({op})")
+        self.of_var[var] = out
+        return Operator(position, op, tuple(inputs), (out,), options)
+
+    def operator(self, position: int, var: relax.Var, call: relax.Call) -> list[Operator]:
+        """The operator ``var = call`` computes (after the PAD its kernel applies, if any)."""
         who = f"main: binding '{var.name}'"
+        plain = self.plain(position, var, call)
+        if plain is not None:
+            return [plain]
         func = self.mod[call.op] if isinstance(call.op, tvm.ir.GlobalVar) else None
         desc = OperatorDescription.of(func) if func is not None else None
         if desc is None:
@@ -110,6 +174,7 @@ class _Lift:
                    "or import with from_tflite)")
             raise self.fail(f"{who} computes {_what(call)}, {why}")
         who = f"{who} ({desc.op})"
+        pads = [] if desc.pad is None else [self.pad_operator(desc, call, who)]
         inputs = []
         for entry in desc.inputs:
             if entry is None:
@@ -118,7 +183,9 @@ class _Lift:
                 inputs.append(self.new_tensor(entry, desc.constants[entry["constant"]]))
             else:
                 arg = call.args[entry["arg"]]
-                if isinstance(arg, relax.Var) and arg in self.of_var:
+                if pads and not inputs:                 # the first input, padded
+                    inputs.append(pads[0].outputs[0])
+                elif isinstance(arg, relax.Var) and arg in self.of_var:
                     self.read(self.of_var[arg], entry, who)
                     inputs.append(self.of_var[arg])
                 elif isinstance(arg, tvm.ir.Constant):
@@ -129,11 +196,44 @@ class _Lift:
         if len(desc.outputs) != 1:
             raise self.fail(f"{who}: {len(desc.outputs)} outputs, the route takes one")
         self.check_type(desc.outputs[0], var.ty, who)
-        out = self.new_tensor(desc.outputs[0])
-        self.entries[out] = (desc.outputs[0].get("quant"), who)
+        output = desc.outputs[0]
+        if output.get("quant") == INHERIT:          # quantized as its first input
+            first = self.tensors[inputs[0]].quant
+            output = {**output, "quant": None if first is None else {
+                "scale": [float(v) for v in first.scale],
+                "zero_point": [int(v) for v in first.zero_point], "axis": int(first.axis)}}
+        out = self.new_tensor(output)
+        self.entries[out] = (output.get("quant"), who)
         self.of_var[var] = out
-        index = position if desc.index is None else desc.index
-        return Operator(index, desc.op, tuple(inputs), (out,), dict(desc.options))
+        index = position + len(pads) if desc.index is None else desc.index
+        return [*pads, Operator(index, desc.op, tuple(inputs), (out,), dict(desc.options))]
+
+    def pad_operator(self, desc: OperatorDescription, call: relax.Call, who: str) -> Operator:
+        """The PAD (or PADV2, for a value other than the zero point) a kernel applies to its
+        first input before the operator (``desc.pad``)."""
+        entry = desc.inputs[0]
+        arg = call.args[entry["arg"]]
+        if not (isinstance(arg, relax.Var) and arg in self.of_var):
+            raise self.fail(f"{who}: a padded input must be a tensor of main")
+        source = self.of_var[arg]
+        self.read(source, entry, who)
+        paddings = np.asarray(desc.pad["paddings"], np.int32)
+        shape = [n + int(a) + int(b) for n, (a, b) in zip(entry["shape"], paddings)]
+        value = int(desc.pad["value"])
+        quant = entry.get("quant")
+        zero_point = quant["zero_point"][0] if quant else 0
+        inputs = [source, self.new_tensor({"name": f"{entry['name']}_paddings",
+                                           "shape": [len(shape), 2], "dtype": "int32",
+                                           "quant": None}, paddings)]
+        op = "PAD"
+        if value != zero_point:
+            op = "PADV2"
+            inputs.append(self.new_tensor({"name": f"{entry['name']}_pad_value", "shape": [1],
+                                           "dtype": entry["dtype"], "quant": quant},
+                                          np.asarray([value], entry["dtype"])))
+        out = self.new_tensor({**entry, "name": f"{entry['name']}_padded", "shape": shape})
+        self.entries[out] = (quant, who)
+        return Operator(len(self.operators), op, tuple(inputs), (out,), {})
 
     def lift(self) -> TFLiteModel:
         if not any(gv.name_hint == "main" for gv in self.mod.functions):
@@ -151,7 +251,7 @@ class _Lift:
                                            "quant": None}))
             self.of_var[p] = inputs[-1]
             self.params.add(inputs[-1])
-        operators = []
+        operators = self.operators
         tuples: dict[relax.Var, relax.Tuple] = {}     # the result, bound as a tuple
         for block in main.body.blocks:
             for b in block.bindings:
@@ -161,11 +261,15 @@ class _Lift:
                 if isinstance(b.value, relax.Tuple):
                     tuples[b.var] = b.value
                     continue
+                if isinstance(b.value, relax.Var) and b.value in tuples:
+                    tuples[b.var] = tuples[b.value]
+                    continue
                 if not isinstance(b, relax.VarBinding) or not isinstance(b.value, relax.Call):
                     raise self.fail(f"main: binding '{b.var.name}' computes "
                                     f"{_what(b.value)}, not an integer kernel")
-                operators.append(self.operator(len(operators), b.var, b.value))
-                self.bindings.append(b)
+                for op in self.operator(len(operators), b.var, b.value):
+                    operators.append(op)
+                    self.bindings.append(b)
         indices = [op.index for op in operators]
         if len(set(indices)) != len(indices):
             operators = [Operator(k, op.op, op.inputs, op.outputs, op.options)

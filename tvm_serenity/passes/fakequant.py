@@ -64,6 +64,7 @@ from tvm.script import relax as R
 
 from ..frontend import reference as ref
 from ..frontend import relax_import as ri
+from ..frontend.relax_lift import INHERIT
 from .convert import is_op, relax_functions
 from .pipeline import BEFORE_LEGALIZE
 
@@ -131,13 +132,65 @@ class _Root:
     activation: str | None       # the float activation, as TFLite names it
 
 
-Kernel = tuple[str, list, Callable[..., relax.Expr]]   # (kind, inputs, body)
+# What a kernel computes as a TFLite operator: given its output variable, the description (or
+# None when TFLite's operator set cannot say it, e.g. a clamp no fused activation gives).
+Describe = Callable[[relax.Var], "ri.OperatorDescription | None"]
+Kernel = tuple[str, list, Callable[..., relax.Expr], Describe | None]  # (kind, inputs, body, ..)
+
+_ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
+
+
+def _entry(expr, scale, zero_point, axis: int = 0, **where) -> dict:
+    """The description of tensor ``expr`` (a Relax expression, or a numpy constant) with its
+    quantization (``scale`` None: none) and where its value is (``arg=k`` / ``constant=j``)."""
+    if isinstance(expr, np.ndarray):
+        shape, dtype, name = list(expr.shape), str(expr.dtype), "constant"
+    else:
+        shape, dtype = _shape(expr), str(expr.ty.dtype.dtype)
+        name = expr.name if isinstance(expr, relax.Var) else "tensor"
+    quant = None if scale is None else {
+        "scale": [float(v) for v in np.atleast_1d(scale)],
+        "zero_point": [int(v) for v in np.broadcast_to(zero_point, np.atleast_1d(scale).shape)],
+        "axis": axis}
+    return {"name": name, "shape": shape, "dtype": dtype, "quant": quant, **where}
+
+
+def _describe(op: str, options: dict, inputs: list, root: _Root, constants=(),
+              pad: dict | None = None) -> Describe | None:
+    """The :data:`Describe` of an operator whose output is quantized as ``root`` says, with a
+    fused activation when its options take one (None when no fused activation gives
+    ``root.act``)."""
+    if "fused_activation_function" in options:
+        name = next((a for a in _ACTIVATIONS
+                     if ref.activation_range(a, root.scale, root.zero_point) == root.act), None)
+        if name is None:
+            return None
+        options = {**options, "fused_activation_function": name}
+    elif root.act != _FULL_RANGE:
+        return None
+
+    def describe(var: relax.Var) -> ri.OperatorDescription:
+        out = _entry(var, root.scale, root.zero_point)
+        return ri.OperatorDescription(op, options, tuple(inputs), (out,), tuple(constants),
+                                      pad=pad)
+    return describe
+
+
+def _window_padding(in_hw, kernel, stride, dilation, pads) -> str | None:
+    """TFLite's name for explicit ``(top, bottom, left, right)`` padding, or None."""
+    for name in ("VALID", "SAME"):
+        if tuple(pads) == ref.same_padding(name, in_hw, kernel, stride, dilation):
+            return name
+    return None
 
 
 def _quantize_float(root: _Root) -> Kernel:
     """TFLite's float -> int8 QUANTIZE of ``root.computed`` (then the int8 clip after it)."""
-    return "quantize", [root.computed], lambda v: ri.quantize_float(
-        v, root.scale, root.zero_point, *root.clamp)
+    x = root.computed
+    describe = _describe("QUANTIZE", {}, [_entry(x, None, 0, arg=0)], root) \
+        if root.clamp == _FULL_RANGE and str(x.ty.dtype.dtype) == "float32" else None
+    return "quantize", [x], lambda v: ri.quantize_float(
+        v, root.scale, root.zero_point, *root.clamp), describe
 
 
 def _layout_change(call) -> Callable[[np.ndarray], np.ndarray] | None:
@@ -321,7 +374,45 @@ class _Matcher:
                                 tuple(int(d) for d in a.dilation), (top, bottom, left, right),
                                 q.zero_point, self._requant(root, q, scales))
         groups = int(a.groups)
-        return "conv2d", [q.value], lambda v: ri.conv2d_int8(v, values, bias, params, groups)
+        describe = self._describe_conv(q, values, scales, bias, params, groups, root)
+        return "conv2d", [q.value], lambda v: ri.conv2d_int8(v, values, bias, params,
+                                                             groups), describe
+
+    def _describe_conv(self, q: _Quant, hwio: np.ndarray, scales, bias, params: ref.ConvParams,
+                       groups: int, root: _Root) -> Describe | None:
+        """CONV_2D (OHWI filter) or, for one group per input channel, DEPTHWISE_CONV_2D
+        (``1 x KH x KW x C`` filter); padding that is neither SAME nor VALID becomes a PAD
+        with the input's zero point before a VALID window (what the zero-point-shifted taps
+        of the kernel amount to)."""
+        in_shape = _shape(q.value)
+        kh, kw, cin_g, cout = hwio.shape
+        depthwise = groups == in_shape[3] and cin_g == 1
+        options = {"stride_h": params.stride[0], "stride_w": params.stride[1],
+                   "dilation_h_factor": params.dilation[0],
+                   "dilation_w_factor": params.dilation[1], "fused_activation_function": "NONE"}
+        pad = None
+        padding = _window_padding(in_shape[1:3], (kh, kw), params.stride, params.dilation,
+                                  params.padding)
+        if padding is None:
+            t, b, l, r = params.padding
+            pad, padding = {"paddings": [[0, 0], [t, b], [l, r], [0, 0]],
+                            "value": q.zero_point}, "VALID"
+        options["padding"] = padding
+        if depthwise:
+            op, weight, axis = "DEPTHWISE_CONV_2D", np.transpose(hwio, (2, 0, 1, 3)), 3
+            options["depth_multiplier"] = cout // in_shape[3]
+        else:
+            op, weight, axis = "CONV_2D", np.transpose(hwio, (3, 0, 1, 2)), 0
+        w_scales = np.asarray(scales, np.float32)
+        inputs = [_entry(q.value, q.scale, q.zero_point, arg=0),
+                  _entry(weight, w_scales, 0, axis, constant=0)]
+        constants = [np.ascontiguousarray(weight)]
+        if bias is not None:
+            inputs.append(_entry(bias, np.float32(q.scale) * w_scales, 0, constant=1))
+            constants.append(np.asarray(bias, np.int32))
+        else:
+            inputs.append(None)
+        return _describe(op, options, inputs, root, constants, pad)
 
     def _matmul(self, x, root: _Root) -> Kernel | None:
         mm, bias = self._anchor_and_bias(x, "relax.matmul")
@@ -337,8 +428,23 @@ class _Matcher:
                                              root.scale, root.zero_point, *root.act)
         values = w.values
         shape = _shape(mm)
+        weight = np.ascontiguousarray(values.T)                 # TFLite's (units, depth)
+        w_scales = scales if w.per_channel else scales[:1]
+        inputs = [_entry(q.value, q.scale, q.zero_point, arg=0),
+                  _entry(weight, w_scales, 0, 0, constant=0)]
+        constants = [weight]
+        if bias is not None:
+            inputs.append(_entry(bias, np.float32(q.scale) * np.asarray(w_scales, np.float32),
+                                 0, constant=1))
+            constants.append(np.asarray(bias, np.int32))
+        else:
+            inputs.append(None)
+        describe = _describe("FULLY_CONNECTED", {
+            "fused_activation_function": "NONE", "keep_num_dims": len(shape) > 2},
+            inputs, root, constants) if len(_shape(q.value)) == len(shape) or len(shape) == 2 \
+            else None
         return "fully_connected", [q.value], lambda v: ri.fully_connected_int8(
-            v, values.T, bias, q.zero_point, requant, shape)
+            v, values.T, bias, q.zero_point, requant, shape), describe
 
     def _binary(self, x, root: _Root) -> Kernel | None:
         if not is_op(x, "relax.add", "relax.multiply"):
@@ -351,12 +457,19 @@ class _Matcher:
                                     root.zero_point)
             params = dataclasses.replace(params, output=dataclasses.replace(
                 params.output, act_min=root.act[0], act_max=root.act[1]))
-            return "add", [a.value, b.value], lambda u, v: ri.add_int8(u, v, params)
+            return "add", [a.value, b.value], lambda u, v: ri.add_int8(u, v, params), \
+                self._describe_binary("ADD", a, b, root)
         requant = dataclasses.replace(ref.mul_requant(a.scale, b.scale, root.scale,
                                                       root.zero_point),
                                       act_min=root.act[0], act_max=root.act[1])
         return "mul", [a.value, b.value], lambda u, v: ri.mul_int8(
-            u, v, a.zero_point, b.zero_point, requant)
+            u, v, a.zero_point, b.zero_point, requant), self._describe_binary("MUL", a, b, root)
+
+    @staticmethod
+    def _describe_binary(op: str, a: _Quant, b: _Quant, root: _Root) -> Describe | None:
+        return _describe(op, {"fused_activation_function": "NONE"},
+                         [_entry(a.value, a.scale, a.zero_point, arg=0),
+                          _entry(b.value, b.scale, b.zero_point, arg=1)], root)
 
     def _same_quant(self, q: _Quant | None, root: _Root) -> bool:
         return q is not None and (q.scale, q.zero_point) == (root.scale, root.zero_point)
@@ -380,9 +493,42 @@ class _Matcher:
         params = ref.PoolParams(tuple(int(k) for k in a.pool_size),
                                 tuple(int(s) for s in a.strides), (top, bottom, left, right),
                                 *root.act)
-        if is_op(x, "relax.nn.avg_pool2d"):
-            return "average_pool2d", [source], lambda v: ri.average_pool_int8(v, params)
-        return "max_pool2d", [source], lambda v: ri.max_pool_int8(v, params)
+        average = is_op(x, "relax.nn.avg_pool2d")
+        describe = self._describe_pool("AVERAGE_POOL_2D" if average else "MAX_POOL_2D",
+                                       source, params, root)
+        if average:
+            return "average_pool2d", [source], lambda v: ri.average_pool_int8(v, params), \
+                describe
+        return "max_pool2d", [source], lambda v: ri.max_pool_int8(v, params), describe
+
+    @staticmethod
+    def _describe_pool(op: str, source, params: ref.PoolParams, root: _Root
+                       ) -> Describe | None:
+        """The pool with TFLite's padding; a MAX_POOL_2D with other padding reads a PADV2 of
+        -128 first (the kernel's own pad value, so the maximum is the same)."""
+        padding = _window_padding(_shape(source)[1:3], params.kernel, params.stride, (1, 1),
+                                  params.padding)
+        pad = None
+        if padding is None and op == "MAX_POOL_2D":
+            t, b, l, r = params.padding
+            pad, padding = {"paddings": [[0, 0], [t, b], [l, r], [0, 0]],
+                            "value": ref.INT8_MIN}, "VALID"
+        if padding is None:
+            return None
+        options = {"padding": padding, "stride_h": params.stride[0],
+                   "stride_w": params.stride[1], "filter_height": params.kernel[0],
+                   "filter_width": params.kernel[1], "fused_activation_function": "NONE"}
+        if root.scale is None:      # the frontend's integer pool: whatever x's quantization is
+            if root.act != _FULL_RANGE:
+                return None
+            entry = {**_entry(source, None, 0, arg=0), "quant": INHERIT}
+
+            def describe(var: relax.Var) -> ri.OperatorDescription:
+                out = {**_entry(var, None, 0), "quant": INHERIT}
+                return ri.OperatorDescription(op, options, (entry,), (out,), (), pad=pad)
+            return describe
+        return _describe(op, options, [_entry(source, root.scale, root.zero_point, arg=0)],
+                         root, (), pad)
 
     def _mean(self, x, root: _Root) -> Kernel | None:
         q = self.dequantized(x.args[0]) if is_op(x, "relax.mean") else None
@@ -390,8 +536,13 @@ class _Matcher:
             return None
         axes, shape = [int(v) for v in x.attrs.axis], _shape(x)
         m, s = ref.quantize_multiplier(q.scale / root.scale)
+        rank = len(_shape(q.value))
+        axes_data = np.asarray([a % rank for a in axes], np.int32)
+        describe = _describe("MEAN", {"keep_dims": len(shape) == rank},
+                             [_entry(q.value, q.scale, q.zero_point, arg=0),
+                              _entry(axes_data, None, 0, constant=0)], root, [axes_data])
         return "mean", [q.value], lambda v: ri.mean_int8(v, axes, shape, q.zero_point, m, s,
-                                                         root.zero_point)
+                                                         root.zero_point), describe
 
     def _concat(self, x, root: _Root) -> Kernel | None:
         if not is_op(x, "relax.concat") or root.act != _FULL_RANGE:
@@ -401,7 +552,12 @@ class _Matcher:
         if not qs or not all(self._same_quant(q, root) for q in qs):
             return None
         axis = int(x.attrs.axis)
-        return "concatenation", [q.value for q in qs], lambda *vs: R.concat(vs, axis=axis)
+        describe = _describe("CONCATENATION", {"axis": axis,
+                                               "fused_activation_function": "NONE"},
+                             [_entry(q.value, q.scale, q.zero_point, arg=k)
+                              for k, q in enumerate(qs)], root)
+        return "concatenation", [q.value for q in qs], \
+            lambda *vs: R.concat(vs, axis=axis), describe
 
     def _softmax(self, x, root: _Root) -> Kernel | None:
         q = self.dequantized(x.args[0]) if is_op(x, "relax.nn.softmax") else None
@@ -411,7 +567,9 @@ class _Matcher:
                 or _shape(x)[-1] >= 1 << 12:
             return None
         params = ref.softmax_params(1.0, q.scale)
-        return "softmax", [q.value], lambda v: ri.softmax_int8(v, params)
+        describe = _describe("SOFTMAX", {"beta": 1.0},
+                             [_entry(q.value, q.scale, q.zero_point, arg=0)], root)
+        return "softmax", [q.value], lambda v: ri.softmax_int8(v, params), describe
 
     def _logistic(self, x, root: _Root) -> Kernel | None:
         q = self.dequantized(x.args[0]) if is_op(x, "relax.sigmoid") else None
@@ -420,7 +578,8 @@ class _Matcher:
             return None
         params = ref.logistic_params(q.scale, q.zero_point)
         table = ri.table_of(lambda v: ref.logistic_int8(v, params))
-        return "logistic", [q.value], lambda v: ri.lookup_table(v, table)
+        return "logistic", [q.value], lambda v: ri.lookup_table(v, table), _describe(
+            "LOGISTIC", {}, [_entry(q.value, q.scale, q.zero_point, arg=0)], root)
 
     def _hard_swish(self, x, root: _Root) -> Kernel | None:
         """``x * relu6(x + 3) / 6`` (how the frontend writes HARD_SWISH): a lookup table."""
@@ -442,7 +601,9 @@ class _Matcher:
                 params = ref.hard_swish_params(q.scale, q.zero_point, root.scale,
                                                root.zero_point)
                 table = ri.table_of(lambda v: ref.hard_swish_int8(v, params))
-                return "hard_swish", [q.value], lambda v: ri.lookup_table(v, table)
+                return "hard_swish", [q.value], lambda v: ri.lookup_table(v, table), \
+                    _describe("HARD_SWISH", {},
+                              [_entry(q.value, q.scale, q.zero_point, arg=0)], root)
         return None
 
     def _table(self, x, root: _Root) -> Kernel | None:
@@ -451,17 +612,27 @@ class _Matcher:
         q = self.dequantized(x)
         if q is None:
             return None
+        source = [_entry(q.value, q.scale, q.zero_point, arg=0)]
         if root.activation == "RELU":
             table = ri.relu_table(q.scale, q.zero_point, root.scale, root.zero_point,
                                   *root.act)
-            return "relu", [q.value], lambda v: ri.lookup_table(v, table)
+            relu_act = (max(ref.INT8_MIN, root.zero_point), ref.INT8_MAX)   # TFLM's clamp
+            describe = _describe("RELU", {}, source, dataclasses.replace(root, act=_FULL_RANGE)) \
+                if root.act == relu_act else None
+            return "relu", [q.value], lambda v: ri.lookup_table(v, table), describe
         if root.activation is not None and not self._same_quant(q, root):
             return None
         m, s = ref.quantize_multiplier(q.scale / root.scale)
         table = ri.table_of(lambda v: np.clip(ref.requantize_int8(v, q.zero_point, m, s,
                                                                   root.zero_point), *root.act))
         kind = (root.activation or "quantize").lower()
-        return kind, [q.value], lambda v: ri.lookup_table(v, table)
+        describe = None
+        if root.activation is None:
+            describe = _describe("QUANTIZE", {}, source, root)
+        elif root.activation == "RELU6" and root.act == ref.activation_range(
+                "RELU6", root.scale, root.zero_point):
+            describe = _describe("RELU6", {}, source, dataclasses.replace(root, act=_FULL_RANGE))
+        return kind, [q.value], lambda v: ri.lookup_table(v, table), describe
 
 
 @tvm.transform.module_pass(opt_level=0, name="serenity.LowerFakeQuant")
@@ -509,9 +680,10 @@ class LowerFakeQuant:
                 if root.scale is None:
                     continue
                 kernel = _quantize_float(root)
-            kind, inputs, body = kernel
+            kind, inputs, body, describe = kernel
             name = f"{kind}_{b.var.name}"
-            kernel_func, args = ri.kernel_function(name, inputs, body)
+            kernel_func, args = ri.kernel_function(name, inputs, body,
+                                                   describe(b.var) if describe else None)
             calls[b.var] = relax.Call(bb.add_func(kernel_func, name), args)
             self.lowered[kind] += 1
         if not calls:

@@ -1,0 +1,518 @@
+"""Import an int8 ONNX model in QDQ form as Relax with integer semantics (TFLite's arithmetic).
+
+onnxruntime's ``quantize_static(..., quant_format=QDQ, activation_type=QInt8,
+weight_type=QInt8, per_channel=True)`` writes every operator as
+``QuantizeLinear(op(DequantizeLinear(x), DequantizeLinear(W)))``. TVM's ONNX frontend
+(``tvm.relax.frontend.onnx.from_onnx``, parameters kept as constants) imports that as NCHW float
+operators between ``R.quantize`` / ``R.dequantize``: OIHW weights dequantized per output channel
+(axis 0), a bias as a dequantized int32 vector reshaped to ``(1, C, 1, 1)`` and added,
+GlobalAveragePool as ``mean(axis=[2, 3], keepdims=True)``, Flatten as a ``reshape``, Gemm as
+``matmul`` (of transposed weights) plus a bias.
+
+:func:`from_onnx` then
+
+1. **moves the graph to NHWC** (:class:`_ToNHWC`, one pass over the bindings in order): every
+   4-D value of a layout-aware operator (conv2d, pools, mean, concat, elementwise ops, quantize /
+   dequantize) is computed in NHWC, with OIHW weight constants transposed to HWIO (their
+   per-channel axis moved with them), channel-bias reshapes dropped (the 1-D vector broadcasts
+   over NHWC), reduction / concat axes and quantization axes mapped. Where a value must be seen
+   in NCHW (a graph input or output, a flatten of a non-1x1 tensor, any other operator) the
+   *int8* tensor under its ``dequantize`` is permuted, so no float layout change is added.
+   Two forms are made explicit for TFLite's kernels: ``quantize(reshape(dequantize(q)))`` with
+   one quantization becomes an int8 ``reshape(q)``, and a Concat whose inputs are quantized
+   differently from its output (and a Softmax quantized to other than TFLite's 1/256) gets its
+   inputs (its output) requantized first, as onnxruntime's QLinearConcat (QLinearSoftmax) does;
+2. runs :class:`~tvm_serenity.passes.fakequant.LowerFakeQuant`, which replaces each
+   ``dequantize -> op -> quantize`` by an integer kernel with TFLite's fixed-point arithmetic;
+3. **checks** that nothing is left in float: ``main`` may only call kernels, move int8 data
+   (``reshape`` / ``permute_dims``) and dequantize its outputs. Anything else raises
+   :class:`ONNXError` naming the ONNX node and operator.
+
+The rounding differs from onnxruntime's (float requantization, round half to even), so outputs
+are compared in int8 LSBs: :func:`onnx_reference_int8` runs onnxruntime and returns the int8
+tensors feeding the final DequantizeLinear nodes, :func:`quantize_outputs` turns the Relax
+module's float outputs back into those int8 tensors (an exact inverse of the final
+``dequantize``) and :func:`compare_int8` measures the difference.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Sequence
+
+import numpy as np
+import onnx
+import tvm
+from google.protobuf.message import DecodeError
+from tvm import relax
+from tvm.relax.frontend.onnx import from_onnx as tvm_from_onnx
+
+from ..errors import SerenityError
+from ..passes.convert import is_op
+from ..passes.fakequant import LowerFakeQuant
+
+__all__ = ["ONNXError", "from_onnx", "onnx_reference_int8", "quantize_outputs",
+           "compare_int8"]
+
+_TO_NHWC, _TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)   # permute_dims axes
+_NHWC_AXIS = _TO_NCHW                              # NCHW axis a -> its NHWC position
+_ELEMENTWISE_BINARY = ("relax.add", "relax.multiply", "relax.subtract", "relax.divide",
+                       "relax.maximum", "relax.minimum")
+_ELEMENTWISE_UNARY = ("relax.nn.relu", "relax.clip", "relax.sigmoid", "relax.tanh",
+                      "relax.nn.leakyrelu", "relax.sin", "relax.cos", "relax.exp",
+                      "relax.abs", "relax.negative")
+_POOLS = ("relax.nn.avg_pool2d", "relax.nn.max_pool2d")
+#: Relax operator -> the :class:`_ToNHWC` method that rewrites it.
+_RULES = {"relax.quantize": "_quantize", "relax.dequantize": "_dequantize",
+          "relax.nn.conv2d": "_conv2d", "relax.mean": "_mean", "relax.reshape": "_reshape",
+          "relax.concat": "_concat", "relax.nn.softmax": "_softmax",
+          **dict.fromkeys(_POOLS, "_pool"), **dict.fromkeys(_ELEMENTWISE_BINARY, "_binary"),
+          **dict.fromkeys(_ELEMENTWISE_UNARY, "_unary")}
+_DATA_MOVES = ("relax.reshape", "relax.permute_dims")
+_SOFTMAX_SCALE, _SOFTMAX_ZERO_POINT = 1.0 / 256, -128      # TFLite's int8 SOFTMAX output
+
+#: The ONNX operator types a Relax operator may come from (besides the one named like it).
+_ONNX_OPS = {"conv2d": ("Conv",), "matmul": ("MatMul", "Gemm"), "avg_pool2d": ("AveragePool",),
+             "max_pool2d": ("MaxPool",), "mean": ("GlobalAveragePool", "ReduceMean"),
+             "concat": ("Concat",), "reshape": ("Flatten", "Reshape"), "clip": ("Clip",),
+             "permute_dims": ("Transpose",), "maximum": ("Clip", "Max"),
+             "minimum": ("Clip", "Min")}
+
+
+class ONNXError(SerenityError):
+    """An ONNX model that cannot be read or imported with integer semantics."""
+
+
+# ================================================================================ loading
+def _load(model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
+    """(the validated model, how errors name it)."""
+    if isinstance(model, onnx.ModelProto):
+        where = f"ONNX model '{model.graph.name or '<unnamed>'}'"
+    else:
+        where = f"ONNX file '{os.fspath(model)}'"
+        try:
+            model = onnx.load(os.fspath(model))
+        except OSError as e:
+            raise ONNXError(f"cannot read {where}: {e.strerror}") from None
+        except DecodeError:
+            raise ONNXError(f"{where}: not an ONNX model (the protobuf does not parse)") from None
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as e:
+        raise ONNXError(f"{where}: not a valid ONNX model: {str(e).splitlines()[0]}") from None
+    return model, where
+
+
+def _number(expr) -> float | None:
+    if isinstance(expr, tvm.ir.Constant) and expr.value.numpy().size == 1:
+        return float(expr.value.numpy().reshape(()))
+    return None
+
+
+def _shape(expr) -> list[int] | None:
+    ty = expr.ty
+    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
+        return None
+    return [int(d) for d in ty.shape.values]
+
+
+def _quantization(call) -> tuple[float, float, str] | None:
+    """(scale, zero point, int dtype) of a per-tensor quantize / dequantize call."""
+    scale, zero_point = _number(call.args[1]), _number(call.args[2])
+    if scale is None or zero_point is None:
+        return None
+    dtype = call.attrs.out_dtype if is_op(call, "relax.quantize") else call.args[0].ty.dtype
+    return scale, zero_point, dtype
+
+
+# ====================================================================== NCHW -> NHWC
+class _ToNHWC:
+    """Rewrites one function (see step 1 of the module docstring). ``new`` maps each original
+    variable to its new value; those in ``nhwc`` hold the NHWC form of an original NCHW value."""
+
+    def __init__(self, func: relax.Function, where: str):
+        self.func, self.where = func, where
+        self.bindings = [b for block in func.body.blocks for b in block.bindings]
+        self.orig = relax.analysis.get_var2val(func)
+        self.users: dict[relax.Var, list[relax.Expr]] = {}
+        for b in self.bindings:
+            for v in relax.analysis.free_vars(b.value):
+                self.users.setdefault(v, []).append(b.value)
+        self.new: dict[relax.Expr, relax.Expr] = {p: p for p in func.params}
+        self.nhwc: set[relax.Expr] = set()
+        self.vectors: dict[relax.Var, relax.Expr] = {}     # (1, C, 1, 1) bias -> its (C,)
+        self.values: dict[relax.Var, relax.Expr] = {}      # new variable -> its value
+        self.cache: dict[tuple, relax.Expr] = {}
+        self.bb = relax.BlockBuilder()
+
+    def run(self) -> relax.Function:
+        for b in self.bindings:
+            if not isinstance(b, relax.VarBinding):
+                raise ONNXError(f"{self.where}: '{b.var.name_hint}' has a dynamic shape "
+                                "(a match_cast): only static shapes are supported")
+        attrs = dict(self.func.attrs.items()) if self.func.attrs is not None else None
+        with self.bb.function("main", list(self.func.params), attrs):
+            with self.bb.dataflow():
+                for b in self.bindings:
+                    self.new[b.var], is_nhwc = self._convert(b.var, b.value)
+                    if is_nhwc:
+                        self.nhwc.add(b.var)
+                out = self.bb.emit_output(self.as_nchw(self.func.body.body))
+            self.bb.emit_func_output(out)
+        return relax.analysis.remove_all_unused(self.bb.get()["main"])
+
+    # ----------------------------------------------------------------------- helpers
+    def emit(self, value: relax.Expr) -> relax.Expr:
+        var = self.bb.emit(value)
+        self.values[var] = value
+        return var
+
+    def _relayout(self, expr: relax.Expr, axes) -> relax.Expr:
+        """The new value of ``expr`` permuted by ``axes``: the int8 tensor under a dequantize
+        is moved (then dequantized again), a float value only if it has no such source."""
+        key = (expr, axes)
+        if key not in self.cache:
+            new = self.new[expr]
+            dq = self.values.get(new)
+            if is_op(dq, "relax.dequantize") and _quantization(dq) is not None:
+                moved = self.emit(relax.op.permute_dims(dq.args[0], axes))
+                self.cache[key] = self.emit(relax.op.dequantize(
+                    moved, dq.args[1], dq.args[2], axis=-1, out_dtype=dq.attrs.out_dtype))
+            else:
+                self.cache[key] = self.emit(relax.op.permute_dims(new, axes))
+        return self.cache[key]
+
+    def as_nchw(self, expr: relax.Expr) -> relax.Expr:
+        """``expr``'s new value in its original layout (tuples field by field)."""
+        if isinstance(expr, relax.Tuple):
+            return relax.Tuple([self.as_nchw(f) for f in expr.fields])
+        if isinstance(expr, relax.TupleGetItem):
+            return relax.TupleGetItem(self.as_nchw(expr.tuple_value), expr.index)
+        if not isinstance(expr, relax.Var):
+            return expr
+        return self._relayout(expr, _TO_NCHW) if expr in self.nhwc else self.new[expr]
+
+    def as_nhwc(self, expr: relax.Expr) -> relax.Expr:
+        """The NHWC new value of an original 4-D NCHW tensor ``expr``."""
+        if expr in self.nhwc:
+            return self.new[expr]
+        if isinstance(expr, relax.Var):
+            return self._relayout(expr, _TO_NHWC)
+        return relax.op.permute_dims(expr, _TO_NHWC)
+
+    @staticmethod
+    def _4d(expr) -> bool:
+        shape = _shape(expr)
+        return shape is not None and len(shape) == 4
+
+    def _requantized(self, dq: relax.Expr, quant: tuple[float, float, str]) -> relax.Expr:
+        """``dequantize(quantize(dq))`` at ``quant`` (a TFLite QUANTIZE int8 -> int8)."""
+        scale, zero_point, dtype = (relax.const(quant[0], "float32"),
+                                    relax.const(int(quant[1]), quant[2]), quant[2])
+        q = self.emit(relax.op.quantize(dq, scale, zero_point, axis=-1, out_dtype=dtype))
+        return self.emit(relax.op.dequantize(q, scale, zero_point, axis=-1))
+
+    def _sole_quantize(self, var) -> tuple[float, float, str] | None:
+        """The quantization of the only reader of ``var`` if it is a quantize, else None."""
+        users = self.users.get(var, [])
+        if len(users) == 1 and is_op(users[0], "relax.quantize"):
+            return _quantization(users[0])
+        return None
+
+    # ----------------------------------------------------------------------- operators
+    def _convert(self, var, value) -> tuple[relax.Expr, bool]:
+        """(new value of binding ``var = value``, whether it is NHWC): the operator's rule, or
+        ``value`` on its arguments' original layouts when it has none or the rule declines."""
+        if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
+            rule = _RULES.get(value.op.name)
+            result = None if rule is None else getattr(self, rule)(var, value)
+            if result is not None:
+                return result
+            return self.emit(relax.Call(value.op, [self.as_nchw(a) for a in value.args],
+                                        value.attrs, value.ty_args)), False
+        return self.emit(self.as_nchw(value)), False
+
+    def _same_op(self, call, args) -> relax.Expr:
+        return self.emit(relax.Call(call.op, args, call.attrs, call.ty_args))
+
+    def _quantize(self, var, call):
+        x = call.args[0]
+        moved = self.values.get(self.new.get(x))
+        if is_op(moved, *_DATA_MOVES):
+            dq = self.values.get(moved.args[0])
+            if is_op(dq, "relax.dequantize") and _quantization(dq) is not None \
+                    and _quantization(dq) == _quantization(call):   # an int8 reshape
+                return self.emit(relax.Call(moved.op, [dq.args[0], *moved.args[1:]],
+                                            moved.attrs, moved.ty_args)), x in self.nhwc
+        return self._quantization_op(call, x)
+
+    def _dequantize(self, var, call):
+        data, scale, zero_point = call.args
+        if isinstance(data, tvm.ir.Constant) and data.ty.dtype == "int32" \
+                and isinstance(zero_point, tvm.ir.Constant) \
+                and not np.any(zero_point.value.numpy()):      # a bias: one zero point 0
+            return self.emit(relax.op.dequantize(data, scale, relax.const(0, "int32"),
+                                                 axis=int(call.attrs.axis),
+                                                 out_dtype=call.attrs.out_dtype)), False
+        return self._quantization_op(call, data)
+
+    def _quantization_op(self, call, x):
+        if x not in self.nhwc:
+            return None
+        make = relax.op.quantize if is_op(call, "relax.quantize") else relax.op.dequantize
+        axis = _NHWC_AXIS[int(call.attrs.axis) % 4]
+        return self.emit(make(self.new[x], *call.args[1:], axis=axis,
+                              out_dtype=call.attrs.out_dtype)), True
+
+    def _conv2d(self, var, call):
+        a = call.attrs
+        w = self.orig.get(call.args[1])
+        if a.data_layout != "NCHW" or a.kernel_layout != "OIHW" or a.out_layout != "NCHW" \
+                or not is_op(w, "relax.dequantize") \
+                or not all(isinstance(v, tvm.ir.Constant) for v in w.args):
+            return None
+        q = w.args[0].value.numpy()
+        oihw_to_hwio = (2, 3, 1, 0)
+        hwio = relax.const(np.ascontiguousarray(q.transpose(oihw_to_hwio)), str(q.dtype))
+        weights = self.emit(relax.op.dequantize(
+            hwio, w.args[1], w.args[2], axis=oihw_to_hwio.index(int(w.attrs.axis) % 4),
+            out_dtype=w.attrs.out_dtype))
+        return self.emit(relax.op.nn.conv2d(
+            self.as_nhwc(call.args[0]), weights, strides=a.strides, padding=a.padding,
+            dilation=a.dilation, groups=a.groups, data_layout="NHWC", kernel_layout="HWIO",
+            out_layout="NHWC")), True
+
+    def _pool(self, var, call):
+        if call.attrs.layout != "NCHW" or call.attrs.out_layout != "NCHW":
+            return None
+        a = call.attrs
+        make = relax.op.nn.avg_pool2d if is_op(call, "relax.nn.avg_pool2d") \
+            else relax.op.nn.max_pool2d
+        return self.emit(make(self.as_nhwc(call.args[0]), a.pool_size, a.strides, a.padding,
+                              a.dilation, a.ceil_mode, a.count_include_pad, layout="NHWC",
+                              out_layout="NHWC")), True
+
+    def _mean(self, var, call):
+        x = call.args[0]
+        if x not in self.nhwc or call.attrs.axis is None:
+            return None
+        axes = sorted({int(v) % 4 for v in call.attrs.axis})
+        keep = bool(call.attrs.keepdims)
+        if not keep and not {2, 3} <= set(axes):      # the kept axes would change order
+            return None
+        new = self.emit(relax.op.mean(self.new[x], [_NHWC_AXIS[v] for v in axes], keep))
+        return new, keep
+
+    def _reshape(self, var, call):
+        x, shape_in, shape_out = call.args[0], _shape(call.args[0]), _shape(call)
+        if shape_in is not None and len(shape_in) == 1 and shape_out is not None \
+                and len(shape_out) == 4 and shape_out[1] == shape_in[0] \
+                and int(np.prod(shape_out)) == shape_in[0]:
+            self.vectors[var] = self.new[x]            # a per-channel vector, e.g. a bias
+            return None
+        if x in self.nhwc and shape_in[2:] == [1, 1]:  # NHWC and NCHW orders agree
+            return self.emit(relax.Call(call.op, [self.new[x], *call.args[1:]], call.attrs,
+                                        call.ty_args)), False
+        return None
+
+    def _binary(self, var, call):
+        args = call.args
+        if not any(a in self.nhwc for a in args):
+            return None
+        new = []
+        for a in args:
+            shape = _shape(a)
+            if a in self.vectors:
+                new.append(self.vectors[a])
+            elif shape is not None and len(shape) == 4:
+                new.append(self.as_nhwc(a))
+            elif shape is not None and int(np.prod(shape, dtype=np.int64)) == 1:
+                new.append(self.as_nchw(a))
+            else:
+                return None
+        return self._same_op(call, new), True
+
+    def _unary(self, var, call):
+        x = call.args[0]
+        if x not in self.nhwc:
+            return None
+        return self._same_op(call, [self.new[x], *call.args[1:]]), True
+
+    def _concat(self, var, call):
+        fields = self.orig.get(call.args[0], call.args[0])
+        if not isinstance(fields, relax.Tuple):
+            return None
+        nhwc = any(f in self.nhwc for f in fields.fields) \
+            and all(self._4d(f) for f in fields.fields)
+        news = [self.as_nhwc(f) if nhwc else self.as_nchw(f) for f in fields.fields]
+        out = self._sole_quantize(var)
+        if out is not None:
+            news = [self._match_quantization(f, out) for f in news]
+        axis = int(call.attrs.axis)
+        axis = _NHWC_AXIS[axis % 4] if nhwc else axis
+        return self.emit(relax.op.concat(news, axis=axis)), nhwc
+
+    def _match_quantization(self, new: relax.Expr, out) -> relax.Expr:
+        """``new`` requantized to ``out`` if it is a dequantize at another quantization."""
+        dq = self.values.get(new)
+        if is_op(dq, "relax.dequantize") and _quantization(dq) not in (None, out):
+            return self._requantized(new, out)
+        return new
+
+    def _softmax(self, var, call):
+        out = self._sole_quantize(var)
+        if out is None or out[2] != "int8" \
+                or (np.float32(out[0]), out[1]) == (np.float32(_SOFTMAX_SCALE),
+                                                    _SOFTMAX_ZERO_POINT):
+            return None
+        softmax = self.emit(relax.Call(call.op, [self.as_nchw(call.args[0])], call.attrs))
+        return self._requantized(softmax, (_SOFTMAX_SCALE, _SOFTMAX_ZERO_POINT, "int8")), False
+
+
+# ====================================================================== the check
+def _float_ops(func: relax.Function) -> list[str]:
+    """The Relax operators of ``func`` other than kernel calls, int8 data movement, tuples and
+    the dequantize of an output."""
+    var2val = relax.analysis.get_var2val(func)
+
+    def source(expr):                       # through ``y = x`` aliases
+        while isinstance(var2val.get(expr), relax.Var):
+            expr = var2val[expr]
+        return expr
+
+    result = source(func.body.body)
+    fields = var2val.get(result)
+    outputs = {source(f) for f in (fields.fields if isinstance(fields, relax.Tuple)
+                                   else [result])}
+    left = []
+    for block in func.body.blocks:
+        for b in block.bindings:
+            v = b.value
+            if isinstance(v, (relax.Tuple, relax.TupleGetItem, relax.Var)) \
+                    or (isinstance(v, relax.Call) and isinstance(v.op, relax.GlobalVar)):
+                continue
+            if is_op(v, *_DATA_MOVES) and v.args[0].ty.dtype == "int8":
+                continue
+            if is_op(v, "relax.dequantize") and b.var in outputs:
+                continue
+            left.append(_op_name(v))
+    return left
+
+
+def _op_name(value) -> str:
+    """How errors name a Relax operator (a ``call_tir`` by its callee, e.g. TVM's Clip)."""
+    if is_op(value, "relax.call_tir"):
+        return f"call_tir {value.args[0].name_hint}"
+    return value.op.name.removeprefix("relax.") if isinstance(value, relax.Call) \
+        else type(value).__name__
+
+
+def _culprits(model: onnx.ModelProto, op: str) -> list[str]:
+    """The ONNX nodes a Relax operator ``op`` (e.g. "nn.leakyrelu") may come from."""
+    short = op.split()[-1].split(".")[-1]
+    types = {t.lower() for t in _ONNX_OPS.get(short, ())} | {short.replace("_", "").lower()}
+    return [f"'{n.name or n.output[0]}' ({n.op_type})" for n in model.graph.node
+            if n.op_type.lower() in types]
+
+
+def _check(model: onnx.ModelProto, where: str, func: relax.Function, lower: LowerFakeQuant):
+    """Raise :class:`ONNXError` for the first operator of ``func`` left in float, preferring one
+    LowerFakeQuant found no kernel for, then any but a (de)quantize (which only follow)."""
+    left = _float_ops(func)
+    if not left:
+        return
+    op = next((o for o in left if o.split()[0] in lower.unlowered),
+              next((o for o in left if o not in ("quantize", "dequantize")), left[0]))
+    nodes = _culprits(model, op)
+    node = f"node {nodes[0]}" if len(nodes) == 1 else \
+        f"one of the nodes {', '.join(nodes)}" if 1 < len(nodes) <= 4 else "a node"
+    why = ("no integer kernel matches its quantized form" if op.split()[0] in lower.unlowered
+           else "it is not between a DequantizeLinear and a QuantizeLinear")
+    raise ONNXError(f"{where}: {node} would stay in float (Relax '{op}'): {why}; "
+                    "nothing is silently left in float")
+
+
+# ====================================================================== public API
+def from_onnx(model: str | os.PathLike | onnx.ModelProto) -> tvm.IRModule:
+    """Import an int8 QDQ ONNX model (a path or a ``ModelProto``) as a Relax module whose
+    operators are integer kernels (see the module docstring). ``main`` takes and returns float
+    tensors in the model's layouts. Raises :class:`ONNXError` for a file that is not a valid
+    ONNX model and for any operator that would stay in float."""
+    model, where = _load(model)
+    if not any(n.op_type == "QuantizeLinear" for n in model.graph.node):
+        raise ONNXError(f"{where}: no QuantizeLinear node, not a QDQ-quantized model")
+    try:
+        mod = tvm_from_onnx(model, keep_params_in_input=False)
+    except Exception as e:           # TVM's frontend raises assorted types; one line for users
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise ONNXError(f"{where}: TVM's ONNX frontend cannot import it: "
+                        f"{type(e).__name__}: {first}") from None
+    mod["main"] = _ToNHWC(mod["main"], where).run()
+    lower = LowerFakeQuant()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")             # what stays in float is an error below
+        mod = lower(mod)
+    _check(model, where, mod["main"], lower)
+    return mod
+
+
+def _final_dequantize(model: onnx.ModelProto, where: str) -> list[onnx.NodeProto]:
+    """The DequantizeLinear node producing each graph output."""
+    producers = {o: n for n in model.graph.node for o in n.output}
+    nodes = []
+    for out in model.graph.output:
+        node = producers.get(out.name)
+        if node is None or node.op_type != "DequantizeLinear":
+            raise ONNXError(f"{where}: output '{out.name}' is not produced by a "
+                            "DequantizeLinear node")
+        nodes.append(node)
+    return nodes
+
+
+def onnx_reference_int8(model: str | os.PathLike | onnx.ModelProto,
+                        inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """onnxruntime's int8 outputs of a QDQ model: the tensors feeding the DequantizeLinear
+    nodes that produce its outputs, for ``inputs`` in graph-input order."""
+    import onnxruntime as ort
+
+    model, where = _load(model)
+    names = [n.input[0] for n in _final_dequantize(model, where)]
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    del probe.graph.output[:]
+    probe.graph.output.extend(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.INT8, None)
+                              for n in names)
+    session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    if len(inputs) != len(session.get_inputs()):
+        raise ValueError(f"{where}: {len(session.get_inputs())} inputs, {len(inputs)} given")
+    feeds = {i.name: np.asarray(a) for i, a in zip(session.get_inputs(), inputs)}
+    return session.run(names, feeds)
+
+
+def quantize_outputs(model: str | os.PathLike | onnx.ModelProto,
+                     outputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """The int8 tensors behind float ``outputs`` of the model (each the exact inverse of its
+    final DequantizeLinear: ``round(y / scale) + zero_point``)."""
+    model, where = _load(model)
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    result = []
+    for node, y in zip(_final_dequantize(model, where), outputs):
+        if not all(n in inits for n in node.input[1:3]):
+            raise ONNXError(f"{where}: the scale / zero point of '{node.output[0]}' are not "
+                            "initializers")
+        scale, zero_point = (inits[n] for n in node.input[1:3])
+        q = np.round(np.asarray(y, np.float64) / float(scale)) + int(zero_point)
+        result.append(q.astype(zero_point.dtype))
+    return result
+
+
+def compare_int8(a, b) -> tuple[int, float]:
+    """(largest difference in LSBs, fraction of values that differ) between two int8 tensors
+    or two equally long sequences of them."""
+    flat = [np.concatenate([np.ravel(np.asarray(t, np.int32)) for t in
+                            ([x] if isinstance(x, np.ndarray) else x)]) for x in (a, b)]
+    if flat[0].shape != flat[1].shape:
+        raise ValueError(f"compare_int8: {flat[0].size} values against {flat[1].size}")
+    diff = np.abs(flat[0] - flat[1])
+    return int(diff.max(initial=0)), float(np.count_nonzero(diff)) / max(diff.size, 1)
