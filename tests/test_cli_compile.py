@@ -74,7 +74,7 @@ def _tanh_model(path):
 @pytest.mark.parametrize("case, message", [
     ("missing", "model file"),
     ("corrupt", "corrupt.tflite"),
-    ("onnx", "ONNX models are not supported"),
+    ("onnx", "not a valid ONNX model"),
     ("unsupported", "TANH"),
     ("flag", "unrecognized arguments: --frobnicate"),
     ("target", "invalid choice: 'arduino'"),
@@ -91,6 +91,7 @@ def test_compile_errors_are_one_line(tmp_path, case, message):
         argv[1] = str(bad)
     elif case == "onnx":
         argv[1] = str(tmp_path / "m.onnx")
+        (tmp_path / "m.onnx").write_bytes(b"")
     elif case == "unsupported":
         _tanh_model(model)
     elif case == "flag":

@@ -321,3 +321,20 @@ def test_a_stock_integer_pool_of_the_graph_input_is_refused():
     with pytest.raises(LiftError, match=r"\(AVERAGE_POOL_2D\) reads the graph input .* nothing "
                                         "says which"):
         operators_of(mod)
+
+
+@needs_cc
+def test_the_cli_compiles_and_runs_an_onnx_model_like_a_tflite(onnx_models, tmp_path):
+    import shutil
+    import subprocess
+    import sys
+    shutil.copy(onnx_models["two_inputs", False], tmp_path / "cnn.onnx")
+    for target in ("host", "llvm"):
+        for argv in (["compile", "cnn.onnx", "--target", target, "-o", f"out_{target}"],
+                     ["run", f"out_{target}"]):
+            proc = subprocess.run([sys.executable, "-m", "tvm_serenity.cli", *argv],
+                                  cwd=tmp_path, capture_output=True, text=True, timeout=600)
+            assert proc.returncode == 0, proc.stderr
+        assert "identical to the reference interpreter" in proc.stdout
+    plan = json.loads((tmp_path / "out_host" / "plan.json").read_text())
+    assert plan["relax"]["front_end"] == "onnx" and plan["model"].endswith("model.tflite")

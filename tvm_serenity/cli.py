@@ -138,12 +138,14 @@ def _add_compile(sub) -> None:
     from .alloc import PLANNERS
     from .micro.boards import BOARDS     # not deploy: it imports TVM (seconds of start-up)
     from .schedule import METHODS
-    p = sub.add_parser("compile", help="compile a .tflite int8 model for a board (like tvmc)",
-                       description="Compile MODEL (.tflite, int8) for TARGET into OUT: model.c/"
+    p = sub.add_parser("compile", help="compile an int8 .tflite or QDQ .onnx model for a "
+                                       "board (like tvmc)",
+                       description="Compile MODEL (int8 .tflite, or int8 QDQ .onnx) for TARGET "
+                                   "into OUT: model.c/"
                                    "model.h, a firmware project, plan.json and a report; for "
                                    "--target llvm, a TVM Relax VM library (model.so) built with "
                                    "the serenity pipeline and relax.json.")
-    p.add_argument("model", help="int8 .tflite model")
+    p.add_argument("model", help="int8 .tflite model, or int8 .onnx in QDQ form")
     p.add_argument("--target", default="pico", choices=(*BOARDS, LLVM_TARGET),
                    help="a board (pico, pico2), its C built natively (host), or TVM's llvm "
                         "target through the Relax VM (llvm; --rip does not apply)")
@@ -175,22 +177,20 @@ def _add_compile(sub) -> None:
 def _model_file(path: str) -> Path:
     """The model file the user named, refused in one line when it is not a readable file."""
     model = Path(path)
-    if model.suffix.lower() == ".onnx":
-        raise SerenityError(f"'{model}': ONNX models are not supported by the MCU path yet; "
-                            "convert to an int8 .tflite")
     if not os.path.lexists(model):
         raise SerenityError(f"model file '{model}' does not exist")
     if model.is_dir():
-        raise SerenityError(f"model '{model}' is a directory, not a .tflite file")
+        raise SerenityError(f"model '{model}' is a directory, not a model file")
     if not model.is_file():
-        raise SerenityError(f"model '{model}' is not a regular file (a .tflite file is needed)")
+        raise SerenityError(f"model '{model}' is not a regular file (a .tflite or .onnx file "
+                            "is needed)")
     if not os.access(model, os.R_OK):
         raise SerenityError(f"model file '{model}' is not readable")
     return model
 
 
 def _cmd_compile(args) -> int:
-    from . import deploy
+    from . import micro
     model = _model_file(args.model)
     _check_seconds("--time-limit", args.time_limit)
     if args.target == LLVM_TARGET:
@@ -207,10 +207,10 @@ def _cmd_compile(args) -> int:
             print(f"decisions: {Path(args.output) / REPORT_FILE}")
             print(f"report: {_shown(args.output, report.html)}")
         return 0
-    compiled = deploy.compile_tflite(model, args.target, args.output, schedule=args.schedule,
-                                     planner=args.planner, rip=args.rip,
-                                     rewrite=args.rewrite, time_limit=args.time_limit,
-                                     force=args.force, int8_core=args.int8_core)
+    compiled = micro.build_model(model, args.target, args.output, schedule=args.schedule,
+                                 planner=args.planner, rip=args.rip, rewrite=args.rewrite,
+                                 time_limit=args.time_limit, force=args.force,
+                                 int8_core=args.int8_core)
     from .report import write_compiled_report
     report = write_compiled_report(args.output)
     if args.json:

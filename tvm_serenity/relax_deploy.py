@@ -43,6 +43,7 @@ __all__ = ["LIBRARY_FILE", "REPORT_FILE", "INPUTS_FILE", "RelaxBuild", "RelaxRun
 LIBRARY_FILE = "model.so"
 REPORT_FILE = "relax.json"
 INPUTS_FILE = "input.npz"
+OPERATORS_FILE = "model.tflite"  # an ONNX model's operators (deploy.MODULE_FILE alike)
 KIND = "llvm"                   # the build kind in the directory's marker
 # relax.json fields that run and report read, with their JSON types
 _REPORT_FIELDS = {"model": str, "name": str, "inputs": list, "outputs": list, "passes": dict}
@@ -98,8 +99,9 @@ def compile_relax(path: str | os.PathLike, out_dir: str | os.PathLike = "serenit
                   method: str = "serenity", planner: str = "optimal", rewrite: bool = True,
                   time_limit: float | None = 30.0, seed: int = 0,
                   force: bool = False) -> RelaxBuild:
-    """Compile the int8 ``.tflite`` at ``path`` for the host into ``out_dir`` (module
-    docstring). ``method``/``planner``/``rewrite``/``time_limit``: options of
+    """Compile the int8 ``.tflite`` (or int8 QDQ ``.onnx``, read back as operators through
+    :func:`~.frontend.onnx_import.from_onnx` and kept as ``model.tflite``) at ``path`` for the
+    host into ``out_dir`` (module docstring). ``method``/``planner``/``rewrite``/``time_limit``: options of
     :func:`~tvm_serenity.passes.serenity_pipeline` (the time limit bounds the scheduler and the
     arena solver, each). ``out_dir`` is written atomically, only when new, empty or an intact
     earlier build (``force``: also an edited one; :mod:`tvm_serenity.builddir`)."""
@@ -112,10 +114,19 @@ def compile_relax(path: str | os.PathLike, out_dir: str | os.PathLike = "serenit
 
     t0 = time.perf_counter()
     source = absolute(path)
-    marker = {"model": str(source)}
+    onnx = source.suffix.lower() == ".onnx"
+    marker = {"model": str(absolute(out_dir) / OPERATORS_FILE if onnx else source)}
     with new_build(out_dir, KIND, force=force, derived=("report",), extra=marker) as tmp:
-        model = load_tflite(source)
-        marker["model_sha256"] = sha256_of(source)
+        if onnx:        # read as operators, kept as the reference the run checks against
+            from .frontend.builder import tflite_bytes
+            from .frontend.onnx_import import from_onnx
+            from .frontend.relax_lift import operators_of
+            model = operators_of(from_onnx(source), source.stem, str(source))
+            (tmp / OPERATORS_FILE).write_bytes(tflite_bytes(model))
+            marker["model_sha256"] = sha256_of(tmp / OPERATORS_FILE)
+        else:
+            model = load_tflite(source)
+            marker["model_sha256"] = sha256_of(source)
         mod = from_tflite(model)
         target = tvm.target.Target("llvm")
         with target:
