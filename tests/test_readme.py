@@ -66,6 +66,8 @@ NOT_RUN = {
                                                                 "(what it runs: "
                                                                 "test_tflm_export.py)",
     ".venv/bin/python -m benchmarks.mlperf_bench --write": BENCH,
+    ".venv/bin/python -m benchmarks.onnx_bench --write": f"{BENCH} (what it runs: "
+                                                         "test_onnx_bench.py)",
     '.venv/bin/pip install -e ".[bench]"': "downloads TensorFlow (1.6 GB)",
     ".venv/bin/python -m benchmarks.peers --build --write": "converts Keras models with "
                                                             "TensorFlow (the bench extra): hours",

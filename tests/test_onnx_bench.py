@@ -1,0 +1,22 @@
+"""The ``onnx`` benchmark's measurement on one model: what its table reports is real (the
+arena is the build's plan, the rp2040js run was checked, the LSB figures are onnxruntime's)."""
+
+import json
+
+import pytest
+
+from toolchain import needs_arm, needs_cc, needs_rp2040js
+
+pytest.importorskip("onnxruntime")
+
+
+@needs_cc
+@needs_arm
+@needs_rp2040js
+def test_measure_reports_what_the_build_and_onnxruntime_say(tmp_path):
+    from benchmarks.onnx_bench import measure, report
+    row = measure("conv_stack", False, 2, tmp_path)
+    plan = json.loads((tmp_path / "conv_stack_asym" / "pico" / "plan.json").read_text())
+    assert row["arena"] == plan["arena_bytes"] and row["cycles"] > 0
+    assert row["llvm_equal"] and 0 <= row["lsb"] <= 3 and row["values"] == 2 * 10
+    assert "| conv_stack | asymmetric |" in report([row], 2)
