@@ -180,6 +180,33 @@ def test_convert_after_call_tir_rewrite():
     assert first_half not in g.outputs
 
 
+@tvm.script.ir_module
+class Reshaped:
+    @R.function
+    def main(x: R.Tensor((4, 4), "float32")):
+        a = R.add(x, x)
+        b = R.reshape(a, (16,))
+        c = R.add(b, b)
+        return c
+
+
+def test_convert_reads_declared_views():
+    """A binding declared a view (an R.reshape the VM runs as a view) holds no bytes and its
+    users hold its source; without the declaration it is a tensor of its own."""
+    func = Reshaped["main"]
+    bindings = list(func.body.blocks[0].bindings)
+    result = relax.analysis.free_vars(func.body.body)
+    plain = graph_of_bindings(bindings, result)
+    assert plain.graph["b"].bytes == 64 and plain.refs["b"] == {"b"}
+    viewed = graph_of_bindings(bindings, result, views=[bindings[1].var])
+    g = viewed.graph
+    assert g["b"].bytes == 0 and viewed.refs["b"] == {"a"} and viewed.refs["a"] == {"a"}
+    assert set(g["c"].inputs) == {"b", "a"}
+    # running the reshape: only a is live as a view, a and b as a tensor
+    assert simulate(g, g.op_names).step_bytes[1] == 64
+    assert simulate(plain.graph, plain.graph.op_names).step_bytes[1] == 2 * 64
+
+
 def test_convert_rejects_symbolic_shapes_and_schedule_skips_them():
     with pytest.raises(ConversionError, match="symbolic"):
         block_graph(Dynamic["main"], 0)

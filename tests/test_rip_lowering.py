@@ -21,7 +21,8 @@ from tvm_serenity.frontend.builder import ModelBuilder
 from tvm_serenity.frontend.tflite_model import load_tflite
 from tflite_cases import add_conv
 from tvm_serenity.passes.convert import is_op
-from tvm_serenity.passes.rip import SPECS_ATTR, conv_kernel_spec
+from tvm_serenity.passes.rip import SPECS_ATTR, conv_kernel_spec, shift_func
+from tvm_serenity.codegen.spec import LayerSpec
 
 TARGET = tvm.target.Target("llvm")
 IN_SHAPE = (1, 7, 8, 8)
@@ -177,3 +178,115 @@ def test_in_serenity_pipeline(case):
     vm = relax.VirtualMachine(ex, tvm.cpu())
     for x, e in zip(inputs, expected):
         np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x)).numpy(), e)
+
+
+# ------------------------------------------------------------------ in the arena on llvm
+CHAIN_SHAPE = (1, 8, 8, 16)
+
+
+def _chain_bytes() -> bytes:
+    """x -> conv 1x1 -> depthwise 3x3 -> pointwise -> depthwise 3x3 -> conv 1x1 (8 channels):
+    every tensor 1 KiB, so without RiP the peak is a convolution's input plus output."""
+    rng = np.random.default_rng(2)
+    b = ModelBuilder()
+    t = b.add_tensor(CHAIN_SHAPE, scale=0.05, zero_point=-3)
+    x, s = t, CHAIN_SHAPE
+    for op, cout, k in (("CONV_2D", 16, 1), ("DEPTHWISE_CONV_2D", 16, 3), ("CONV_2D", 16, 1),
+                        ("DEPTHWISE_CONV_2D", 16, 3), ("CONV_2D", 8, 1)):
+        t, s = add_conv(b, rng, t, s, op, cout, (k, k), (1, 1), "SAME", "RELU", (0.05, 7))
+    return b.build([x], [t])
+
+
+def _chain_layers():
+    """The four lowered layers as LayerSpecs (their geometry only)."""
+    dw = LayerSpec.depthwise_conv2d((8, 8, 16), (3, 3), 1, 1, (1, 1, 1, 1))
+    return [dw, LayerSpec.conv2d((8, 8, 16), 16, (1, 1)), dw,
+            LayerSpec.conv2d((8, 8, 16), 8, (1, 1))]
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory):
+    path = tmp_path_factory.mktemp("rip") / "chain.tflite"
+    path.write_bytes(_chain_bytes())
+    model = load_tflite(path)
+    rng = np.random.default_rng(3)
+    inputs = [rng.integers(-128, 128, CHAIN_SHAPE).astype(np.int8) for _ in range(3)]
+    expected = [ref.Interpreter(model).run([x])[0] for x in inputs]
+    return ri.from_tflite(model), inputs, expected
+
+
+def _planned(mod, **options):
+    """The module after the serenity pipeline, its main's arena report, its outputs."""
+    with TARGET:
+        low = sp.serenity_pipeline(**options)(mod)
+    (arena,) = sp.pipeline_report(low)["arena"]["functions"]
+    return low, arena
+
+
+def _callees(mod):
+    return [b.value.op.name_hint for block in mod["main"].body.blocks for b in block.bindings
+            if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.GlobalVar)]
+
+
+def _padded(n, a=64):
+    return -(-n // a) * a
+
+
+def test_rip_kernels_run_in_the_arena_on_llvm(chain):
+    """With rip=True every lowered kernel runs on its slice of ArenaPlan's arena: no copy in
+    or out (only the function result is copied out of its workspace, and inputs the plan
+    shifts are memmoved right in place), the arena drops to the largest RiP workspace plus its
+    kernel's scratch, and the outputs stay bit-identical to the reference interpreter."""
+    mod, inputs, expected = chain
+    plain, off = _planned(mod)
+    low, on = _planned(mod, rip=True)
+    # without RiP: a 1 KiB input and a 1 KiB output at once
+    assert off["arena_bytes"] == 2 * int(np.prod(CHAIN_SHAPE)) and off["in_place"] == []
+    # with RiP: each step needs the workspace S (gap rounded up to 64 B) and the int32 scratch
+    need = [layer.input_bytes + _padded(layer.rip_input_offset)
+            + _padded(4 * max(layer.scratch_elements, 1)) for layer in _chain_layers()]
+    assert on["arena_bytes"] == on["lower_bound_bytes"] == max(need) < off["arena_bytes"]
+    # (the two depthwise layers have equal kernels: BlockBuilder keeps one PrimFunc)
+    assert on["in_place"] == ["depthwise_conv2d_1_rip", "conv2d_2_rip",
+                              "depthwise_conv2d_1_rip", "conv2d_4_rip"]
+    assert set(on["moved"]) <= {"depthwise_conv2d_1_rip"}
+    callees = _callees(low)
+    assert not [c for c in callees if c.endswith("_rip_place")]
+    assert [c for c in callees if c.endswith("_rip_take")] == ["conv2d_4_rip_take"]
+    assert callees.count("rip_shift") == len(on["moved"])
+    for x, e in zip(inputs, expected):
+        for m in (plain, low):
+            vm = relax.VirtualMachine(tvm.compile(m, target=TARGET, relax_pipeline="zero"),
+                                      tvm.cpu())
+            np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x)).numpy(), e)
+
+
+def test_groups_the_plan_cannot_lay_out_keep_their_copies(chain):
+    """ArenaPlan at 128 B after RiPLowering at 64 B: the depthwise gaps (192 B) are no offset
+    distance the plan can give, so those kernels keep copying into a workspace of their own;
+    the pointwise ones (gap 0) still run in place. Bit-exact either way."""
+    mod, inputs, expected = chain
+    staged = tvm.transform.Sequential([
+        *cpu.library_dispatch_passes(TARGET),
+        *(factory(rip=True) for factory in sp.BEFORE_LEGALIZE),
+        *cpu.legalize_passes(TARGET), sp.MemoryAwareSchedule(), sp.RiPLowering(),
+        *cpu.dataflow_lower_passes(TARGET), sp.ArenaPlan(alignment=128)])
+    with TARGET:
+        low = staged(mod)
+    (arena,) = sp.read_report(low, "serenity.arena")["functions"]
+    assert arena["in_place"] == ["conv2d_2_rip", "conv2d_4_rip"] and arena["moved"] == []
+    assert [c for c in _callees(low) if c.endswith("_rip_place")] == [
+        "depthwise_conv2d_1_rip_place"] * 2
+    vm = relax.VirtualMachine(tvm.compile(low, target=TARGET), tvm.cpu())
+    for x, e in zip(inputs, expected):
+        np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x)).numpy(), e)
+
+
+def test_shift_func_is_a_memmove_right():
+    data = np.random.default_rng(4).integers(-128, 128, 300).astype(np.int8)
+    f = tvm.tirx.build(shift_func(200, 300).with_attr("global_symbol", "k"), target="llvm")
+    ws = tvm.runtime.tensor(data)
+    f["k"](ws)
+    want = data.copy()
+    want[100:] = data[:200]
+    np.testing.assert_array_equal(ws.numpy(), want)

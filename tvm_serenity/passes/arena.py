@@ -26,9 +26,25 @@ tensors with a non-zero ``byte_offset`` and ``ensure_zero_offset`` turns an offs
 pointer only when it is a multiple of 64 (it silently copies otherwise), so the alignment must be
 a multiple of 64 on this host path.
 
+**RiP groups** (:class:`~.rip.RiPLowering`'s convolutions, found by the ``"serenity.rip_role"``
+of their PrimFuncs): after ``CallTIRRewrite`` one reads ``ws = alloc (S)``, ``place(x, ws)``,
+``scratch = alloc``, ``kernel(ws, tables, scratch)``, then ``y = alloc``, ``take(ws, y)`` (or
+``y = R.reshape(ws)``, which ``RewriteDataflowReshape`` makes of a take of all ``S`` bytes and
+the VM runs as a view: it is read as one here). When x's root and the workspace are plannable,
+the graph planned has the kernel as an **in-place node** (``inplace = S``, first input x) whose
+tensor is y (``N_out`` bytes, live to y's last use); the workspace and y's allocation (when
+plannable) are 0-byte names of it, placed at its offset ``o``. ``plan_arena(..., inplace=True)``
+then lays each pair out in place (x at ``o + S - N_in``: the place call goes, and the take
+call when y is planned), with a right shift (x at ``o``, memmoved right by ``S - N_in`` before
+the kernel: the place call becomes ``rip_shift(ws)``), or apart; a group laid out apart (or at
+a distance the kernel does not read, an alignment above RiPLowering's) is planned again with its
+copies, as ordinary tensors, until every remaining group is laid out as its kernel needs. The
+kernel is an in-place node only where it is x's last reader, so x is never overwritten early.
+
 The pass records, per function, its arena next to TVM's ``StaticPlanBlockMemory`` total for the
-same module (:func:`static_plan_bytes`) and the liveness peak and lower bound of the same order:
-on the pass instance as ``.report`` (:class:`ArenaReport`) and as JSON in the module attribute
+same module (:func:`static_plan_bytes`), the liveness peak and lower bound of the same order and
+the RiP kernels run in the arena (``in_place``; ``moved``: those after a right shift): on the
+pass instance as ``.report`` (:class:`ArenaReport`) and as JSON in the module attribute
 ``"serenity.arena"``.
 """
 
@@ -40,13 +56,14 @@ import tvm
 from tvm import relax
 
 from ..graph import Graph
-from .convert import (ConversionError, PassError, graph_of_bindings, is_op, is_view,
-                      relax_functions, type_bytes, with_blocks, with_report)
+from .convert import (BlockGraph, ConversionError, PassError, graph_of_bindings, is_op,
+                      is_view, relax_functions, type_bytes, with_blocks, with_report)
 
 __all__ = ["ArenaPlan", "ArenaReport", "FunctionArena", "REPORT_ATTR", "HOST_ALIGNMENT",
-           "static_plan_bytes"]
+           "RIP_ROLE_ATTR", "static_plan_bytes"]
 
 REPORT_ATTR = "serenity.arena"
+RIP_ROLE_ATTR = "serenity.rip_role"     # on RiPLowering's PrimFuncs: place, kernel or take
 HOST_ALIGNMENT = 64
 ARENA_VAR = "serenity_arena"
 
@@ -66,6 +83,8 @@ class FunctionArena:
     optimal: bool
     seconds: float
     offsets: dict[str, int] = field(default_factory=dict)
+    in_place: list[str] = field(default_factory=list)   # RiP kernels run in the arena
+    moved: list[str] = field(default_factory=list)      # of those, input memmoved right first
     graph: dict = field(default_factory=dict, compare=False)   # the graph planned (JSON, in
                                                                # binding order): for reports
 
@@ -159,16 +178,19 @@ class ArenaPlan:
         report = ArenaReport(self.planner, self.alignment)
         updates = {}
         static = _static_plan_by_function(mod)
+        bb = relax.BlockBuilder(mod)        # adds the PrimFuncs of planned right shifts
         for gvar, func in relax_functions(mod):
-            planned = self._plan_function(mod, gvar.name_hint, func, static)
+            planned = self._plan_function(bb, mod, gvar.name_hint, func, static)
             if planned is not None:
                 entry, updates[gvar] = planned
                 report.functions.append(entry)
         self.report = report
+        if any(f.moved for f in report.functions):
+            mod = bb.get()
         return with_report(mod, updates, REPORT_ATTR, report.to_json())
 
-    def _plan_function(self, mod: tvm.IRModule, fname: str, func: relax.Function,
-                       static: dict[str, int]):
+    def _plan_function(self, bb: relax.BlockBuilder, mod: tvm.IRModule, fname: str,
+                       func: relax.Function, static: dict[str, int]):
         """(report entry, rewritten function), or None when nothing can be planned."""
         from ..alloc import plan_arena
         sizes = {b.var: n for block in func.body.blocks
@@ -177,44 +199,213 @@ class ArenaPlan:
         if not sizes:
             return None
         bindings = [b for block in func.body.blocks for b in block.bindings]
-        bg = graph_of_bindings(bindings, relax.analysis.free_vars(func.body.body),
-                               name=fname, size_of=lambda var: sizes.get(var, 0))
-        graph = bg.graph
-        # What reaches the result, or is used other than by a PrimFunc call or a view,
-        # escapes the arena: it keeps its own allocation (0 bytes in the plan).
-        escaped = set(graph.outputs)
-        for name, b in bg.bindings.items():
-            if not is_view(b.value) and not _is_prim_call(mod, b.value):
-                escaped.update(graph[name].inputs)
-        planned = [n for n in graph.op_names if graph[n].bytes and n not in escaped]
-        if not planned:
-            return None
-        keep = set(planned)
-        graph = Graph([node if node.name in keep else replace(node, bytes=0)
-                       for node in graph.nodes.values()], graph.outputs, graph.name)
+        used = relax.analysis.free_vars(func.body.body)
         options = {} if self.time_limit is None else {"time_limit": self.time_limit}
-        plan = plan_arena(graph, graph.op_names, planner=self.planner,
-                          alignment=self.alignment, inplace=False, **options)
-        offsets = {n: plan.offsets[n] for n in planned}
+        allowed = None
+        while True:     # each round drops the RiP groups the plan did not lay out in place
+            layout = _layout(mod, fname, bindings, used, sizes, allowed)
+            if layout is None:
+                return None
+            plan = plan_arena(layout.graph, layout.graph.op_names, planner=self.planner,
+                              alignment=self.alignment, inplace=True, **options)
+            realized = {g.kernel: how for g in layout.groups
+                        if (how := _realized(plan, g, layout.alias))}
+            if len(realized) == len(layout.groups):
+                break
+            allowed = set(realized)
+        bg = layout.bg
+        offsets = {n: plan.offsets[layout.alias.get(n, n)] for n in layout.planned}
+        # moved: the place call becomes the right shift; in place: it goes (x is there
+        # already); the take call goes when y's allocation is a name of the kernel tensor
+        moved = [g for g in layout.groups if realized[g.kernel] == "moved"]
+        replaced = {bg.vars[g.place]: _shift_call(bb, bg.bindings[g.place].value)
+                    for g in moved}
+        drop = {bg.vars[g.place] for g in layout.groups if g not in moved}
+        drop |= {bg.vars[g.take] for g in layout.groups if g.y in layout.alias}
         entry = FunctionArena(
             function=fname, tensors=len(offsets), arena_bytes=plan.arena_bytes,
             static_plan_bytes=static.get(fname, 0),
             liveness_peak_bytes=plan.liveness_peak_bytes,
             lower_bound_bytes=plan.lower_bound_bytes, planner=plan.planner,
             status=plan.status, optimal=plan.optimal, seconds=plan.seconds, offsets=offsets,
-            graph=graph.to_json())
+            in_place=[bg.graph[g.kernel].attrs["callee"] for g in layout.groups],
+            moved=[bg.graph[g.kernel].attrs["callee"] for g in moved],
+            graph=layout.graph.to_json())
         at = {bg.vars[n]: off for n, off in offsets.items()}
-        return entry, _place_in_arena(func, at, plan.arena_bytes)
+        return entry, _place_in_arena(func, at, plan.arena_bytes, drop, replaced)
 
 
-def _place_in_arena(func: relax.Function, offsets: dict, arena_bytes: int) -> relax.Function:
-    """``func`` with the allocation of every variable in ``offsets`` taken from one arena."""
+# ------------------------------------------------------------------ RiP groups
+@dataclass(frozen=True)
+class _RipGroup:
+    """One convolution :class:`~.rip.RiPLowering` lowered, after ``CallTIRRewrite`` (node names
+    of the graph :func:`_layout` reads)."""
+
+    place: str               # the call copying x into the workspace
+    kernel: str              # the in-place kernel call
+    take: str | None         # the call copying y out (None: y is an R.reshape of the workspace)
+    view: relax.Var | None   # that R.reshape's variable
+    x: str                   # the tensor x refers to
+    ws: str                  # the workspace's allocation
+    y: str | None            # y's allocation (None with the R.reshape)
+    gap: int                 # where x starts in the workspace: S - N_in
+    workspace_bytes: int
+    out_bytes: int
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What one planning round reads: the graph (RiP groups as in-place nodes), the
+    allocations to place, the groups and which allocations are a group's kernel tensor."""
+
+    bg: BlockGraph
+    graph: Graph
+    planned: list[str]
+    groups: list[_RipGroup]
+    alias: dict[str, str]
+
+
+def _rip_role(mod: tvm.IRModule, value) -> str | None:
+    """``"place"``, ``"kernel"`` or ``"take"`` for a call of a PrimFunc RiPLowering made."""
+    if not _is_prim_call(mod, value):
+        return None
+    attrs = mod[value.op].attrs
+    return str(attrs[RIP_ROLE_ATTR]) if attrs is not None and RIP_ROLE_ATTR in attrs else None
+
+
+def _rip_groups(mod: tvm.IRModule, bg: BlockGraph) -> list[_RipGroup]:
+    """Every RiP group of ``bg``'s bindings: a place call, then the first kernel call and the
+    first take call (or R.reshape) on the same workspace."""
+    names = {v: n for n, v in bg.vars.items()}
+
+    def root(expr):
+        refs = bg.refs.get(names.get(expr), frozenset()) if isinstance(expr, relax.Var) \
+            else frozenset()
+        return next(iter(refs)) if len(refs) == 1 else None
+
+    order = list(bg.bindings)
+    groups = []
+    for i, name in enumerate(order):
+        if _rip_role(mod, bg.bindings[name].value) != "place":
+            continue
+        x_arg, ws_arg = bg.bindings[name].value.args
+        x, ws = root(x_arg), root(ws_arg)
+        on_ws = [n for n in order[i + 1:] if isinstance(bg.bindings[n].value, relax.Call)
+                 and bg.bindings[n].value.args and root(bg.bindings[n].value.args[0]) == ws]
+        kernel = next((n for n in on_ws if _rip_role(mod, bg.bindings[n].value) == "kernel"),
+                      None)
+        out = next((n for n in on_ws if _rip_role(mod, bg.bindings[n].value) == "take"
+                    or is_op(bg.bindings[n].value, "relax.reshape")), None)
+        if None in (x, ws, kernel, out):
+            continue
+        value = bg.bindings[out].value
+        take = out if _rip_role(mod, value) == "take" else None
+        y_var = value.args[1] if take else bg.vars[out]
+        size = type_bytes(bg.vars[ws].ty)
+        groups.append(_RipGroup(
+            place=name, kernel=kernel, take=take, view=None if take else bg.vars[out], x=x,
+            ws=ws, y=root(y_var) if take else None,
+            gap=size - type_bytes(x_arg.ty), workspace_bytes=size,
+            out_bytes=type_bytes(y_var.ty)))
+    return groups
+
+
+def _layout(mod: tvm.IRModule, fname: str, bindings, used, sizes: dict,
+            allowed: set[str] | None) -> _Layout | None:
+    """The bindings as the graph to plan; ``allowed``: the RiP kernels that may run in place
+    (None: all)."""
+    def read(views=()):
+        return graph_of_bindings(bindings, used, name=fname,
+                                 size_of=lambda var: sizes.get(var, 0), views=views)
+
+    bg = read()
+    views = [g.view for g in _rip_groups(mod, bg)
+             if g.view is not None and (allowed is None or g.kernel in allowed)]
+    if views:
+        bg = read(views)
+    graph = bg.graph
+    # What reaches the result, or is used other than by a PrimFunc call or a view,
+    # escapes the arena: it keeps its own allocation (0 bytes in the plan).
+    escaped = set(graph.outputs)
+    for name, b in bg.bindings.items():
+        if not (is_view(b.value) or b.var in views or _is_prim_call(mod, b.value)):
+            escaped.update(graph[name].inputs)
+    planned = [n for n in graph.op_names if graph[n].bytes and n not in escaped]
+    if not planned:
+        return None
+    groups = [g for g in _rip_groups(mod, bg)
+              if (allowed is None or g.kernel in allowed) and g.x in planned
+              and g.ws in planned and (g.take is not None or g.view in views)]
+    keep = set(planned)
+    nodes = {n: node if n in keep else replace(node, bytes=0)
+             for n, node in graph.nodes.items()}
+    alias = _in_place_groups(nodes, groups, keep)
+    return _Layout(bg, Graph(nodes.values(), graph.outputs, graph.name), planned, groups,
+                   alias)
+
+
+def _in_place_groups(nodes: dict, groups: list[_RipGroup], planned: set[str]) -> dict:
+    """Rewrite ``nodes`` (name -> Node, stored order) so that each group's kernel is an
+    in-place node over x whose tensor is y (its workspace and planned y allocation become 0-byte
+    names of it); returns allocation -> kernel for those names."""
+    order = list(nodes)
+    alias: dict[str, str] = {}
+    for g in groups:
+        own = [g.ws] + ([g.y] if g.y in planned else [])
+        x = alias.get(g.x, g.x)
+        k = nodes[g.kernel]
+        inputs = (x, *(i for i in k.inputs if i not in (x, *own)))
+        nodes[g.kernel] = replace(k, inputs=inputs, bytes=g.out_bytes,
+                                  inplace=g.workspace_bytes)
+        for n in own:
+            nodes[n] = replace(nodes[n], bytes=0)
+            alias[n] = g.kernel
+        for n in order[order.index(g.kernel) + 1:]:
+            node = nodes[n]
+            if any(i in own for i in node.inputs):
+                nodes[n] = replace(node, inputs=tuple(dict.fromkeys(
+                    g.kernel if i in own else i for i in node.inputs)))
+    return alias
+
+
+def _realized(plan, g: _RipGroup, alias: dict[str, str]) -> str | None:
+    """How ``plan`` laid group ``g`` out as its kernel needs: ``"in place"`` (x at the kernel
+    tensor's offset + gap), ``"moved"`` (x at the kernel tensor's offset, memmoved right by the
+    gap before the kernel), or None (x and y apart: the kernel cannot run there)."""
+    x = alias.get(g.x, g.x)
+    if not any(p.output == g.kernel and p.input == x for p in plan.inplace):
+        return None
+    o = plan.offsets[g.kernel]
+    move = next((m for m in plan.moves if m.output == g.kernel), None)
+    if move is None:
+        return "in place" if plan.offsets[x] == o + g.gap else None
+    return "moved" if (move.tensor, move.src, move.dst) == (x, o, o + g.gap) else None
+
+
+def _shift_call(bb: relax.BlockBuilder, place: relax.Call) -> relax.Call:
+    """The right shift replacing a place call ``place(x, ws)``: ``shift(ws)`` (x at ws's
+    start)."""
+    from .rip import shift_func      # rip imports this module
+    x, ws = place.args
+    prim = shift_func(type_bytes(x.ty), type_bytes(ws.ty))
+    return relax.Call(bb.add_func(prim, "rip_shift"), [ws], place.attrs, place.ty_args)
+
+
+def _place_in_arena(func: relax.Function, offsets: dict, arena_bytes: int, drop: set,
+                    replaced: dict) -> relax.Function:
+    """``func`` with the allocation of every variable in ``offsets`` taken from one arena, the
+    bindings of the variables in ``drop`` removed and those in ``replaced`` given its value."""
     arena = relax.Var(ARENA_VAR, relax.ObjectType())
     storage = relax.op.memory.alloc_storage(relax.ShapeExpr([arena_bytes]), 0, "global", "uint8")
     blocks, bound = [], False
     for block in func.body.blocks:
         bindings = []
         for b in block.bindings:
+            if b.var in drop:
+                continue
+            if b.var in replaced:
+                bindings.append(relax.VarBinding(b.var, replaced[b.var]))
+                continue
             if b.var not in offsets:
                 bindings.append(b)
                 continue

@@ -15,7 +15,9 @@ bindings into a :class:`~tvm_serenity.graph.Graph`:
   *roots*), so the memory model keeps those alive exactly as long as the view is used. This is
   what makes the lowered form after ``CallTIRRewrite`` (``alloc = R.builtin.alloc_tensor(...)``;
   ``f(x, alloc)``; ``y = alloc``) come out right: the allocation is the tensor, live from its
-  ``alloc_tensor`` to the last use of any name for it;
+  ``alloc_tensor`` to the last use of any name for it. A caller may declare more bindings views
+  of their first argument (``views``: e.g. an ``R.reshape`` the VM runs as a view of its
+  input's storage); :attr:`BlockGraph.refs` says which tensors every node refers to;
 * **def-use** from ``relax.analysis.free_vars`` of each binding's value; a ``match_cast`` that
   may define symbolic variables (``n`` in ``R.Tensor(("n",))``) is also an input of every later
   binding, since those may use the symbols;
@@ -36,7 +38,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from math import prod
-from typing import Callable, Iterable, Mapping, Sequence, Union
+from typing import Callable, Collection, Iterable, Mapping, Sequence, Union
 
 import tvm
 from tvm import relax
@@ -93,6 +95,8 @@ class BlockGraph:
     graph: Graph
     vars: Mapping[str, relax.Var]            # every node (inputs too) -> its variable
     bindings: Mapping[str, relax.Binding]    # every non-input node -> its binding, stored order
+    refs: Mapping[str, frozenset]            # every node -> the tensors (node names) it refers
+                                             # to: itself, or a view's roots
 
     def ordered_bindings(self, order: Sequence[str]) -> list[relax.Binding]:
         """The bindings in ``order`` (a topological order of all non-input nodes)."""
@@ -148,8 +152,10 @@ def _flatten(ref: Ref) -> frozenset:
 class _Reader:
     """Builds the nodes of one list of bindings (see the module docstring)."""
 
-    def __init__(self, size_of: Callable[[relax.Var], int] | None):
+    def __init__(self, size_of: Callable[[relax.Var], int] | None,
+                 views: Collection[relax.Var] = ()):
         self.size_of = size_of
+        self.views = views
         self.nodes: list[Node] = []
         self.name: dict[relax.Var, str] = {}     # var -> node name
         self.ref: dict[relax.Var, Ref] = {}
@@ -219,6 +225,8 @@ class _Reader:
             return None, None
         if is_view(value):
             return self.ref_of(value), 0
+        if binding.var in self.views:
+            return self.ref_of(value.args[0]), 0
         if is_op(value, _CALL_TIR_INPLACE):
             args = value.args[1]
             args = list(args.fields) if isinstance(args, relax.Tuple) else [args]
@@ -234,17 +242,19 @@ class _Reader:
 
 def graph_of_bindings(bindings: Sequence[relax.Binding], used_after: Iterable[relax.Var],
                       *, name: str = "block",
-                      size_of: Callable[[relax.Var], int] | None = None) -> BlockGraph:
+                      size_of: Callable[[relax.Var], int] | None = None,
+                      views: Collection[relax.Var] = ()) -> BlockGraph:
     """Read ``bindings`` (straight-line, in program order) as a graph.
 
     ``used_after``: the variables needed once the bindings ran (they and what they refer to
     become graph outputs). ``size_of``, if given, replaces the byte rule for every node (inputs
-    included): e.g. 0 for everything an arena does not hold.
+    included): e.g. 0 for everything an arena does not hold. ``views``: variables whose
+    binding (a call) is read as a view of the call's first argument.
     """
     bindings = list(bindings)
     if not bindings:
         raise ConversionError(f"{name}: no bindings to read")
-    reader = _Reader(size_of)
+    reader = _Reader(size_of, views)
     reader.read(bindings)
     outputs: dict[str, None] = {}
     for var in used_after:
@@ -257,7 +267,8 @@ def graph_of_bindings(bindings: Sequence[relax.Binding], used_after: Iterable[re
                                 if reader.name[b.var] not in consumed)
     graph = Graph(reader.nodes, list(outputs), name=name)
     return BlockGraph(graph=graph, vars={n: v for v, n in reader.name.items()},
-                      bindings={reader.name[b.var]: b for b in bindings})
+                      bindings={reader.name[b.var]: b for b in bindings},
+                      refs={n: _flatten(reader.ref[v]) for v, n in reader.name.items()})
 
 
 def relax_functions(mod: tvm.IRModule):

@@ -56,7 +56,8 @@ def serenity_pipeline(*, method: str = "serenity", time_limit: float | None = No
     ``method``, ``time_limit``, ``inplace``: :class:`MemoryAwareSchedule`; ``planner``,
     ``alignment``, ``plan_time_limit``: :class:`ArenaPlan`; ``target``: handed to TVM's stage
     lists (default: the current target, else ``llvm``); ``rip``: enable
-    :class:`~.rip.RiPLowering` (off by default: on llvm it adds copies, see its docstring);
+    :class:`~.rip.RiPLowering` (off by default; :class:`ArenaPlan` runs its kernels in the
+    arena without copies, see both docstrings);
     ``rewrite``: :class:`~.rewrite.IdentityGraphRewrite` (``method`` and ``time_limit`` also
     judge its trials).
     """

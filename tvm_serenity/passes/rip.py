@@ -17,27 +17,31 @@ is not a function parameter (the rule of :mod:`tvm_serenity.memory`)::
     y      = R.call_tir(<k>_rip_take, (y_rip,), R.Tensor(<y's shape>, "int8"))  # first N_out B
 
 ``<k>_rip`` is :func:`tvm_serenity.codegen.kernels.make_prim_func` of the layer's
-:class:`~tvm_serenity.codegen.spec.LayerSpec` in the ``"rip"`` layout (one workspace of
-``S = S*`` bytes, input right-aligned, output left-aligned at 0, written over the input), its
-per-channel tables new constants in the kernel ABI (packed int32 conv weights, int32 bias,
-multiplier, shift); the int32 scratch is a fresh output of the call. Results are bit-identical
-to the kernel it replaces (both are TFLite's per-channel int8 reference arithmetic). ``y``
-keeps its variable, so nothing after it changes; kernels no longer called are removed.
+:class:`~tvm_serenity.codegen.spec.LayerSpec` in the ``"rip"`` layout (one workspace of ``S``
+bytes, input right-aligned, output left-aligned at 0, written over the input), its per-channel
+tables new constants in the kernel ABI (packed int32 conv weights, int32 bias, multiplier,
+shift); the int32 scratch is a fresh output of the call. ``S = N_in + ceil((S* - N_in) / a) *
+a`` with ``a`` the ``alignment`` (64, the host arena's): the smallest workspace at least ``S*``
+(a larger gap only leaves the output more room) whose input offset ``S - N_in`` is an offset
+distance the arena can give. A layer with ``S >= N_in + N_out`` saves nothing in place and is
+left alone (the memory model's rule). Results are bit-identical to the kernel it replaces (both
+are TFLite's per-channel int8 reference arithmetic). ``y`` keeps its variable, so nothing after
+it changes; kernels no longer called are removed. The three PrimFuncs carry the attribute
+``"serenity.rip_role"`` (``place``, ``kernel``, ``take``).
+
+The copies keep the module correct under any memory planner; :class:`~.arena.ArenaPlan` removes
+them (module docstring there): it places x's allocation at ``o + S - N_in`` inside the
+workspace ``[o, o + S)`` of its arena and y's at ``o``, so on llvm the kernel runs on the
+arena slice with no copy and input and output share ``S`` bytes, as on the MCU C path
+(:mod:`tvm_serenity.codegen.graph_c`).
 
 What it does **not** change or achieve:
 
-* Host memory is **not** reduced on llvm: the input is copied into the workspace and the output
-  copied out of it. ``R.memory.view`` of the prefix would save the second copy (Relax 0.27 has
-  it; ``LegalizeOps`` leaves it as is), but to :mod:`.convert`'s memory model and to
-  :class:`~.arena.ArenaPlan` it is an ordinary call producing a new tensor, not an alias: the
-  workspace would drop out of the arena and the planned figures would be wrong. A copy keeps
-  them exact; teaching ``convert.is_view`` about ``memory.view`` is the follow-up. What the pass establishes is the *kernel* form and the in-place
-  decision for the scheduled order; the arena saving (input and output sharing ``S*`` bytes)
-  is realised on the MCU C path (:mod:`tvm_serenity.codegen.graph_c`).
 * It is **off by default** in the ``"serenity"`` pipeline (registered in ``AFTER_SCHEDULE``,
-  enabled with ``serenity_pipeline(rip=True)``), because of the copies above: on the host the
-  planned arena does not shrink (on the test cell ``ArenaPlan``'s arena stays 2,112 B while
-  TVM's own ``StaticPlanBlockMemory`` figure grows from 2,240 to 2,688 B).
+  enabled with ``serenity_pipeline(rip=True)``, which hands it the pipeline's ``alignment``).
+  TVM's own ``StaticPlanBlockMemory`` figure grows with it (the copies); ``ArenaPlan``'s arena
+  drops where the peak is a convolution's input plus output (the test chain: 2,048 -> 1,536 B;
+  the test cell, whose peak is an ADD, stays at 2,112 B).
 * Only kernels whose spec it can read *before* legalization are lowered: the pipeline runs
   :class:`RiPAnnotate` in ``BEFORE_LEGALIZE`` (after ``FoldPad``, so folded padding is seen),
   which records each kernel's spec in the module attribute ``"serenity.rip_kernels"``
@@ -46,8 +50,8 @@ What it does **not** change or achieve:
   multipliers > 1, kernels of :class:`~.fakequant.LowerFakeQuant` that do not have this exact
   form, pooling, ADD and everything else are left alone.
 * It does not reorder anything (run it after ``MemoryAwareSchedule``; a later reorder could
-  invalidate the last-consumer decision, but correctness on llvm does not depend on it since
-  ``x`` itself is never written).
+  invalidate the last-consumer decision, but correctness does not depend on it: ``ArenaPlan``
+  lets the kernel overwrite ``x`` only where it is ``x``'s last reader in the order planned).
 
 The lowered bindings are kept on the instance as ``.lowered`` (``function:variable``) and the
 skipped kernel calls with the reason as ``.skipped``.
@@ -56,33 +60,43 @@ skipped kernel calls with the reason as ``.skipped``.
 from __future__ import annotations
 
 import json
+from functools import partial
 
 import numpy as np
 import tvm
 from tvm import relax, te, tirx
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.ir_builder import tirx as T
 
 from ..codegen.kernels import make_prim_func
 from ..codegen.spec import CodegenError, LayerSpec, kernel_params, pack_conv2d_weight
+from .arena import HOST_ALIGNMENT, RIP_ROLE_ATTR
 from .convert import is_op, relax_functions, vars_used_after, with_blocks
 from .kernel_spec import conv_kernel_constants, conv_kernel_spec
 from .pipeline import AFTER_SCHEDULE, BEFORE_LEGALIZE
 
 __all__ = ["RiPLowering", "RiPAnnotate", "conv_kernel_spec", "conv_kernel_constants",
-           "SPECS_ATTR"]
+           "SPECS_ATTR", "shift_func"]
 
 SPECS_ATTR = "serenity.rip_kernels"
 
 
-def _layer_spec(spec: dict) -> LayerSpec:
+def _layer_spec(spec: dict, alignment: int) -> LayerSpec:
+    """The layer in the RiP layout with the gap ``S* - N_in`` rounded up to ``alignment``."""
+    from ..alloc.plan import padded     # the alloc package imports the solver: only when used
     quant = {k: spec[k] for k in ("input_zero_point", "output_zero_point", "act_min",
                                   "act_max")}
     quant["act_min"] = max(quant["act_min"], -128)
     quant["act_max"] = min(quant["act_max"], 127)
     if spec["op"] == "conv2d":
-        return LayerSpec.conv2d(spec["in_hwc"], spec["out_channels"], spec["kernel"],
-                                spec["stride"], spec["dilation"], spec["padding"], **quant)
-    return LayerSpec.depthwise_conv2d(spec["in_hwc"], spec["kernel"], spec["stride"],
-                                      spec["dilation"], spec["padding"], **quant)
+        make = partial(LayerSpec.conv2d, spec["in_hwc"], spec["out_channels"], spec["kernel"],
+                       spec["stride"], spec["dilation"], spec["padding"], **quant)
+    else:
+        make = partial(LayerSpec.depthwise_conv2d, spec["in_hwc"], spec["kernel"],
+                       spec["stride"], spec["dilation"], spec["padding"], **quant)
+    layer = make()
+    gap = padded(layer.rip_input_offset, alignment)
+    return make(workspace_bytes=layer.input_bytes + gap)
 
 
 def _module_specs(mod: tvm.IRModule) -> dict[str, dict]:
@@ -133,6 +147,20 @@ def _place_func(in_shape, size: int) -> tirx.PrimFunc:
     return te.create_prim_func([x, ws]).without_attr("global_symbol")
 
 
+def shift_func(input_bytes: int, size: int) -> tirx.PrimFunc:
+    """``ws[S - N_in + j] = ws[j]`` for ``j`` from ``N_in - 1`` down to 0: the input memmoved
+    right, in place, to where the RiP kernel reads it (what :class:`~.arena.ArenaPlan` runs for
+    a planned right shift, :class:`tvm_serenity.alloc.Move`)."""
+    last = input_bytes - 1
+    with IRBuilder() as builder:
+        with T.prim_func():
+            T.func_name("rip_shift")
+            ws = T.arg("ws", T.Buffer((size,), "int8"))
+            with T.serial(0, input_bytes) as j:
+                T.buffer_store(ws, ws[last - j], [size - input_bytes + last - j])
+    return builder.get()
+
+
 def _take_func(size: int, out_shape) -> tirx.PrimFunc:
     """``y.flat[i] = ws[i]`` for ``i < N_out``."""
     ws = te.placeholder((size,), "int8", name="ws")
@@ -167,8 +195,9 @@ class RiPLowering:
     ``enabled=False``: does nothing (how the pipeline includes it unless
     ``serenity_pipeline(rip=True)``)."""
 
-    def __init__(self, enabled: bool = True):
+    def __init__(self, enabled: bool = True, alignment: int = HOST_ALIGNMENT):
         self.enabled = enabled
+        self.alignment = alignment
         self.lowered: list[str] = []
         self.skipped: dict[str, str] = {}
 
@@ -233,9 +262,9 @@ class RiPLowering:
                 reason = "input is read by a later binding"
             elif x in after:
                 reason = "input is needed after the block (e.g. a function output)"
-            lowered = None if reason else self._lower(bb, spec, kname, args, b)
-            if lowered is None:
-                self.skipped[where] = reason or "kernel not expressible in the RiP ABI"
+            lowered = reason or self._lower(bb, spec, kname, args, b)
+            if isinstance(lowered, str):
+                self.skipped[where] = lowered
                 new_bindings.append(b)
                 continue
             new_bindings.extend(lowered)
@@ -244,26 +273,33 @@ class RiPLowering:
         return relax.DataflowBlock(new_bindings) if changed else block
 
     def _lower(self, bb, spec, kname, args, binding):
+        """The bindings replacing ``binding``, or why it is not lowered."""
+        unfit = "kernel not expressible in the RiP ABI"
         try:
-            layer = _layer_spec(spec)
+            layer = _layer_spec(spec, self.alignment)
         except CodegenError:
-            return None
+            return unfit
         out_ty = binding.var.ty
         g = layer.geometry
         if not (isinstance(out_ty, relax.TensorType) and out_ty.dtype == "int8"
                 and [int(d) for d in out_ty.shape.values] == [1, g.out_height, g.out_width,
                                                               g.out_channels]):
-            return None
+            return unfit
+        size = layer.rip_workspace_bytes
+        if size >= layer.input_bytes + layer.output_bytes:
+            return (f"workspace {size} B (gap aligned to {self.alignment} B) is no smaller "
+                    f"than input and output apart")
         tables = _tables(spec, layer, args)
         if tables is None:
-            return None
-        size = layer.rip_workspace_bytes
+            return unfit
         in_shape = [int(d) for d in args[0].ty.shape.values]
         out_shape = [int(d) for d in out_ty.shape.values]
         kernel = make_prim_func(layer, "rip", f"{kname}_rip").without_attr("global_symbol")
-        k_gv = bb.add_func(kernel, f"{kname}_rip")
-        place_gv = bb.add_func(_place_func(in_shape, size), f"{kname}_rip_place")
-        take_gv = bb.add_func(_take_func(size, out_shape), f"{kname}_rip_take")
+        k_gv = bb.add_func(kernel.with_attr(RIP_ROLE_ATTR, "kernel"), f"{kname}_rip")
+        place_gv = bb.add_func(_place_func(in_shape, size).with_attr(RIP_ROLE_ATTR, "place"),
+                               f"{kname}_rip_place")
+        take_gv = bb.add_func(_take_func(size, out_shape).with_attr(RIP_ROLE_ATTR, "take"),
+                              f"{kname}_rip_take")
         ws_ty = relax.TensorType((size,), "int8")
         scratch_ty = relax.TensorType((max(layer.scratch_elements, 1),), "int32")
         name = binding.var.name
@@ -282,4 +318,5 @@ class RiPLowering:
 
 
 BEFORE_LEGALIZE.append(lambda rip=False, **_: RiPAnnotate(enabled=rip))
-AFTER_SCHEDULE.append(lambda rip=False, **_: RiPLowering(enabled=rip))
+AFTER_SCHEDULE.append(lambda rip=False, alignment=HOST_ALIGNMENT, **_:
+                      RiPLowering(enabled=rip, alignment=alignment))
