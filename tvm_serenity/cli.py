@@ -148,7 +148,7 @@ def _add_compile(sub) -> None:
     p.add_argument("model", help="int8 .tflite model, or int8 .onnx in QDQ form")
     p.add_argument("--target", default="pico", choices=(*BOARDS, LLVM_TARGET),
                    help="a board (pico, pico2), its C built natively (host), or TVM's llvm "
-                        "target through the Relax VM (llvm; --rip does not apply)")
+                        "target through the Relax VM (llvm)")
     p.add_argument("-o", "--output", default="serenity_out", metavar="OUT",
                    help="output directory (default: serenity_out)")
     p.add_argument("--schedule", default="serenity", choices=sorted(METHODS),
@@ -196,7 +196,7 @@ def _cmd_compile(args) -> int:
     if args.target == LLVM_TARGET:
         from .relax_deploy import REPORT_FILE, compile_relax
         built = compile_relax(model, args.output, method=args.schedule, planner=args.planner,
-                              rewrite=args.rewrite, time_limit=args.time_limit,
+                              rewrite=args.rewrite, rip=args.rip, time_limit=args.time_limit,
                               force=args.force)
         from .report import write_relax_report
         report = write_relax_report(args.output)

@@ -97,11 +97,12 @@ def is_relax_build(out_dir: str | os.PathLike) -> bool:
 
 def compile_relax(path: str | os.PathLike, out_dir: str | os.PathLike = "serenity_out", *,
                   method: str = "serenity", planner: str = "optimal", rewrite: bool = True,
-                  time_limit: float | None = 30.0, seed: int = 0,
+                  rip: bool = True, time_limit: float | None = 30.0, seed: int = 0,
                   force: bool = False) -> RelaxBuild:
     """Compile the int8 ``.tflite`` (or int8 QDQ ``.onnx``, read back as operators through
     :func:`~.frontend.onnx_import.from_onnx` and kept as ``model.tflite``) at ``path`` for the
-    host into ``out_dir`` (module docstring). ``method``/``planner``/``rewrite``/``time_limit``: options of
+    host into ``out_dir`` (module docstring). ``method``/``planner``/``rewrite``/``rip``/
+    ``time_limit``: options of
     :func:`~tvm_serenity.passes.serenity_pipeline` (the time limit bounds the scheduler and the
     arena solver, each). ``out_dir`` is written atomically, only when new, empty or an intact
     earlier build (``force``: also an edited one; :mod:`tvm_serenity.builddir`)."""
@@ -131,6 +132,7 @@ def compile_relax(path: str | os.PathLike, out_dir: str | os.PathLike = "serenit
         target = tvm.target.Target("llvm")
         with target:
             lowered = passes.serenity_pipeline(method=method, planner=planner, rewrite=rewrite,
+                                               rip=rip,
                                                time_limit=time_limit,
                                                plan_time_limit=time_limit, target=target)(mod)
         executable = tvm.compile(lowered, target=target, relax_pipeline="zero")
@@ -142,7 +144,7 @@ def compile_relax(path: str | os.PathLike, out_dir: str | os.PathLike = "serenit
                   "inputs": [model.tensors[i].to_json() for i in model.inputs],
                   "outputs": [model.tensors[i].to_json() for i in model.outputs],
                   "options": {"method": method, "planner": planner, "rewrite": rewrite,
-                              "time_limit": time_limit},
+                              "rip": rip, "time_limit": time_limit},
                   "passes": passes.pipeline_report(lowered)}
         (tmp / REPORT_FILE).write_text(json.dumps(report, indent=1) + "\n")
     return RelaxBuild(absolute(out_dir), report, time.perf_counter() - t0)
