@@ -49,15 +49,21 @@ def _model_bytes() -> bytes:
     return b.build([x], [f])
 
 
-@pytest.fixture(scope="module")
-def case(tmp_path_factory):
-    path = tmp_path_factory.mktemp("rip") / "cell.tflite"
-    path.write_bytes(_model_bytes())
+def _imported(directory, name: str, buf: bytes, shape, seed: int, count: int):
+    """(the Relax import of ``buf``, ``count`` seeded int8 inputs, the reference outputs)."""
+    path = directory / name
+    path.write_bytes(buf)
     model = load_tflite(path)
-    rng = np.random.default_rng(1)
-    inputs = [rng.integers(-128, 128, IN_SHAPE).astype(np.int8) for _ in range(2)]
+    rng = np.random.default_rng(seed)
+    inputs = [rng.integers(-128, 128, shape).astype(np.int8) for _ in range(count)]
     expected = [ref.Interpreter(model).run([x])[0] for x in inputs]
     return ri.from_tflite(model), inputs, expected
+
+
+@pytest.fixture(scope="module")
+def case(tmp_path_factory):
+    return _imported(tmp_path_factory.mktemp("rip"), "cell.tflite", _model_bytes(), IN_SHAPE,
+                     1, 2)
 
 
 def _run(mod, inputs, pipeline="default"):
@@ -206,13 +212,8 @@ def _chain_layers():
 
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory):
-    path = tmp_path_factory.mktemp("rip") / "chain.tflite"
-    path.write_bytes(_chain_bytes())
-    model = load_tflite(path)
-    rng = np.random.default_rng(3)
-    inputs = [rng.integers(-128, 128, CHAIN_SHAPE).astype(np.int8) for _ in range(3)]
-    expected = [ref.Interpreter(model).run([x])[0] for x in inputs]
-    return ri.from_tflite(model), inputs, expected
+    return _imported(tmp_path_factory.mktemp("rip"), "chain.tflite", _chain_bytes(),
+                     CHAIN_SHAPE, 3, 3)
 
 
 def _planned(mod, **options):
