@@ -338,3 +338,37 @@ def test_the_cli_compiles_and_runs_an_onnx_model_like_a_tflite(onnx_models, tmp_
         assert "identical to the reference interpreter" in proc.stdout
     plan = json.loads((tmp_path / "out_host" / "plan.json").read_text())
     assert plan["relax"]["front_end"] == "onnx" and plan["model"].endswith("model.tflite")
+
+
+def test_an_int8_input_moved_before_its_first_kernel_takes_that_kernels_quantization():
+    """A front end may transpose an int8 graph input before any kernel reads it (ONNX's NCHW
+    input): the transpose is read as TRANSPOSE and both tensors get the reader's
+    quantization."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 2, 4, 4), "int8"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            t = bb.emit(R.permute_dims(x, [0, 2, 3, 1]))
+            y = bb.emit_output(emit_operator(bb, "RELU", [(t, 0.1, 3)],
+                                             ((1, 4, 4, 2), "int8", 0.1, 3), name="y"))
+        bb.emit_func_output(y)
+    model = operators_of(bb.get())
+    assert [op.op for op in model.operators] == ["TRANSPOSE", "RELU"]
+    for i in (model.inputs[0], model.operators[0].outputs[0]):
+        q = model.tensors[i].quant
+        assert (q.scalar_scale, q.scalar_zero_point) == (np.float32(0.1), 3)
+    v = np.random.default_rng(0).integers(-128, 128, (1, 2, 4, 4)).astype(np.int8)
+    (out,) = Interpreter(model).run([v])
+    assert np.array_equal(out, np.maximum(np.transpose(v, (0, 2, 3, 1)), 3))
+
+
+def test_a_symbolic_shape_is_refused_naming_the_parameter():
+    bb = relax.BlockBuilder()
+    n = tvm.tirx.Var("n", "int64")
+    x = relax.Var("x", relax.TensorType((n, 4), "int8"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(R.permute_dims(x))
+        bb.emit_func_output(y)
+    with pytest.raises(LiftError, match=r"parameter 'x' is not a tensor of static shape"):
+        operators_of(bb.get())

@@ -48,6 +48,14 @@ _PLAIN = ("relax.permute_dims", "relax.reshape", "relax.dequantize")
 INHERIT = "inherit"     # a description's quantization: the producer's / the first input's
 
 
+def _static_shape(ty) -> list[int] | None:
+    """The dimensions of a tensor type, or None when it has no static shape."""
+    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr) \
+            or not all(isinstance(d, tvm.tirx.IntImm) for d in ty.shape.values):
+        return None
+    return [int(d) for d in ty.shape.values]
+
+
 def _scalar(expr) -> float | None:
     if isinstance(expr, tvm.ir.Constant) and expr.ty.ndim == 0:
         return expr.value.numpy().item()
@@ -76,6 +84,7 @@ class _Lift:
         self.of_var: dict[relax.Var, int] = {}
         self.entries: dict[int, tuple[dict | None, str]] = {}   # tensor -> (quant, who said)
         self.params: set[int] = set()
+        self.follows: dict[int, int] = {}   # a moved graph input's tensor -> the input
         self.bindings: list[relax.Binding] = []               # one per operator
         self.operators: list[Operator] = []
 
@@ -88,8 +97,8 @@ class _Lift:
         return index
 
     def check_type(self, entry: dict, ty, who: str) -> None:
-        if isinstance(ty, relax.TensorType) and ty.shape is not None:
-            shape = [int(d) for d in ty.shape.values]
+        shape = _static_shape(ty)
+        if shape is not None:
             dtype = str(ty.dtype.dtype)
             if shape != list(entry["shape"]) or dtype != entry["dtype"]:
                 raise self.fail(f"{who}: the kernel says tensor '{entry['name']}' is "
@@ -102,13 +111,14 @@ class _Lift:
         if list(t.shape) != list(entry["shape"]) or t.dtype != entry["dtype"]:
             raise self.fail(f"{who} reads '{t.name}' as {entry['dtype']} "
                             f"{list(entry['shape'])}, it is {t.dtype} {list(t.shape)}")
-        if index in self.params and index not in self.entries:
-            # a graph input: its first reader says how it is quantized and what it is called
+        if index not in self.entries:
+            # a graph input (or a transpose / reshape of one): its first reader says how it is
+            # quantized (and what a graph input is called)
             if entry.get("quant") == INHERIT:
                 raise self.fail(f"{who} reads the graph input '{t.name}' in whatever "
                                 "quantization it has, and nothing says which")
-            self.tensors[index] = described_tensor(index, entry)
-            self.entries[index] = (entry.get("quant"), who)
+            self.state(index, entry.get("quant"), who,
+                       entry["name"] if index in self.params else t.name)
             return
         known, said = self.entries[index]
         if entry.get("quant") == INHERIT:
@@ -116,6 +126,17 @@ class _Lift:
         if known != entry.get("quant"):
             raise self.fail(f"{who} reads '{t.name}' quantized as {entry.get('quant')}, "
                             f"{said} as {known}")
+
+    def state(self, index: int, quant: dict | None, who: str, name: str) -> None:
+        """Tensor ``index`` (not stated yet) is quantized as ``quant``, ``who`` says; so is the
+        graph input it moves, if any."""
+        t = self.tensors[index]
+        self.tensors[index] = described_tensor(index, {"name": name, "shape": list(t.shape),
+                                                       "dtype": t.dtype, "quant": quant}, t.data)
+        self.entries[index] = (quant, who)
+        if index in self.follows:
+            source = self.follows.pop(index)
+            self.state(source, quant, who, self.tensors[source].name)
 
     def plain(self, position: int, var: relax.Var, call: relax.Call) -> Operator | None:
         """A Relax data-movement op on a tensor of main, read as the TFLite operator it is
@@ -125,9 +146,12 @@ class _Lift:
         if name not in _PLAIN or not call.args or call.args[0] not in self.of_var:
             return None
         source = self.tensors[self.of_var[call.args[0]]]
-        shape = [int(d) for d in var.ty.shape.values]
+        shape = _static_shape(var.ty)
+        if shape is None:
+            raise self.fail(f"main: binding '{var.name}' has no static shape")
+        stated = source.index in self.entries
         entry = {"name": var.name, "shape": shape, "dtype": str(var.ty.dtype.dtype),
-                 "quant": self.entries.get(source.index, (None, ""))[0]}
+                 "quant": self.entries[source.index][0] if stated else None}
         inputs = [source.index]
         if name == "relax.permute_dims":
             axes = call.attrs.axes
@@ -151,9 +175,12 @@ class _Lift:
             self.read(source.index, {"name": source.name, "shape": list(source.shape),
                                      "dtype": "int8", "quant": q}, f"main: binding "
                       f"'{var.name}' (DEQUANTIZE)")
-            op, options, entry = "DEQUANTIZE", {}, {**entry, "quant": None}
+            op, options, entry, stated = "DEQUANTIZE", {}, {**entry, "quant": None}, True
         out = self.new_tensor(entry)
-        self.entries[out] = (entry["quant"], f"main: binding '{var.name}' ({op})")
+        if stated:
+            self.entries[out] = (entry["quant"], f"main: binding '{var.name}' ({op})")
+        else:                           # quantized as the graph input it moves: its reader
+            self.follows[out] = source.index                                 # will say
         self.of_var[var] = out
         return Operator(position, op, tuple(inputs), (out,), options)
 
@@ -243,12 +270,12 @@ class _Lift:
             raise self.fail("'main' is not a Relax function")
         inputs = []
         for p in main.params:
-            if not isinstance(p.ty, relax.TensorType) or p.ty.shape is None:
-                raise self.fail(f"main: parameter '{p.name}' is not a tensor of known "
-                                "shape")
+            shape = _static_shape(p.ty)
+            if shape is None:
+                raise self.fail(f"main: parameter '{p.name}' is not a tensor of static shape "
+                                f"({p.ty}); a microcontroller build has fixed shapes")
             inputs.append(self.new_tensor({"name": p.name, "dtype": str(p.ty.dtype.dtype),
-                                           "shape": [int(d) for d in p.ty.shape.values],
-                                           "quant": None}))
+                                           "shape": shape, "quant": None}))
             self.of_var[p] = inputs[-1]
             self.params.add(inputs[-1])
         operators = self.operators
