@@ -2,31 +2,39 @@
 
 The models are the small CNNs of :mod:`tvm_serenity.zoo.onnx_cnns` (written with
 ``onnx.helper``, quantized by onnxruntime's ``quantize_static`` into QDQ int8 with per-channel
-weights). No MLPerf Tiny model is here in ONNX form: the converter (tf2onnx) needs TensorFlow
-and does not support the TensorFlow that installs here.
+weights) and, with ``--tf2onnx PYTHON`` (a Python that has tf2onnx and TensorFlow, e.g. a
+separate virtual environment), the MLPerf Tiny ``.tflite`` models of
+``../shared/models/mlperf_tiny`` converted by ``PYTHON -m tf2onnx.convert --tflite ... --opset
+13`` into a temporary directory (int8 graph inputs and outputs, QDQ pairs around each
+operator, a symbolic batch).
 
 Per model: ``micro.build_model(path, "pico")`` (arena, kernel scratch, rp2040js cycles, the
 output checked byte for byte against the reference interpreter on the operators the build
-compiled), then over ``--seeds`` random float inputs, on the host build of the same C: the
-outputs equal the llvm build of the module ``from_onnx`` returns (``tvm.compile``, the kernels
-``LowerFakeQuant`` wrote), and how far they are from onnxruntime on the int8 values behind
-each output (max LSB and the fraction of differing values). onnxruntime requantizes in float
-with round half to even; the kernels use TFLite's fixed point, so single operators differ by at
-most 1 LSB and differences can add up along a path.
+compiled), then over ``--seeds`` random inputs (float normal for the float inputs, uniform int8
+for the MLPerf models' int8 inputs), on the host build of the same C: the outputs equal the
+llvm build of the module ``from_onnx`` returns (``tvm.compile``, the kernels ``LowerFakeQuant``
+wrote), and how far they are from onnxruntime on the int8 values behind each output (max LSB
+and the fraction of differing values). onnxruntime requantizes in float with round half to
+even; the kernels use TFLite's fixed point, so single operators differ by at most 1 LSB and
+differences can add up along a path (a Softmax magnifies a 1 LSB logit step). For an MLPerf
+model the host build of the original ``.tflite`` runs the same int8 inputs too: "vs the
+.tflite" is the max LSB between the two builds' outputs.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks._markdown import publish, table
+from benchmarks._markdown import SHARED_MODELS, publish, table
 
 _TITLE = "## ONNX QDQ models on the Pico (`onnx`)"
+MLPERF = SHARED_MODELS / "mlperf_tiny"
 
 
 def _llvm(mod, inputs):
@@ -37,55 +45,115 @@ def _llvm(mod, inputs):
     return [out.numpy()] if isinstance(out, tvm.runtime.Tensor) else [o.numpy() for o in out]
 
 
-def measure(name: str, symmetric: bool, seeds: int, work: Path) -> dict:
+def _outputs(build, inputs) -> list[np.ndarray]:
+    """The outputs of a host build run on ``inputs`` (raises unless bit-exact)."""
+    from tvm_serenity import micro
+    result = micro.run_model(build.out_dir, input=inputs)
+    return [np.frombuffer(raw, t.dtype).reshape(t.shape)
+            for raw, t in zip(result.outputs, build.emitted.outputs)]
+
+
+def measure(label: str, activations: str, path: str, inputs: list[list[np.ndarray]],
+            folder: Path, tflite: Path | None = None) -> dict:
+    """One row: ``path`` built for the Pico and the host, run on each input set of
+    ``inputs``; with ``tflite``, that model's host build runs them too."""
     from tvm_serenity import micro
     from tvm_serenity.frontend.onnx_import import (compare_int8, from_onnx,
                                                    onnx_reference_int8, quantize_outputs)
-    from tvm_serenity.zoo import onnx_cnns
 
-    folder = work / f"{name}_{'sym' if symmetric else 'asym'}"
-    folder.mkdir()
-    path = onnx_cnns.quantized(onnx_cnns.MODELS[name][0](), folder, symmetric=symmetric)
     pico = micro.build_model(path, "pico", folder / "pico")
     run = micro.run_model(pico.out_dir)                  # raises unless bit-exact
     host = micro.build_model(path, "host", folder / "host")
+    original = None if tflite is None else micro.build_model(tflite, "host", folder / "tflite")
     module = from_onnx(path)
-    lsb, differing, values, llvm_equal = 0, 0, 0, True
-    for seed in range(seeds):
-        inputs = onnx_cnns.model_inputs(path, seed)
-        result = micro.run_model(host.out_dir, input=inputs)
-        ours = [np.frombuffer(raw, t.dtype).reshape(t.shape)
-                for raw, t in zip(result.outputs, host.emitted.outputs)]
-        llvm_equal &= all(np.array_equal(a, b) for a, b in zip(ours, _llvm(module, inputs)))
-        for got, want in zip(quantize_outputs(path, ours), onnx_reference_int8(path, inputs)):
+    lsb, differing, values, llvm_equal, tflite_lsb = 0, 0, 0, True, 0
+    for feed in inputs:
+        ours = _outputs(host, feed)
+        llvm_equal &= all(np.array_equal(a, b) for a, b in zip(ours, _llvm(module, feed)))
+        for got, want in zip(quantize_outputs(path, ours), onnx_reference_int8(path, feed)):
             m, fraction = compare_int8(got, want)
             lsb = max(lsb, m)
             differing += round(fraction * got.size)
             values += got.size
-    return {"model": name, "activations": "symmetric" if symmetric else "asymmetric",
+        if original is not None:
+            tflite_lsb = max(tflite_lsb, compare_int8(ours, _outputs(original, feed))[0])
+    return {"model": label, "activations": activations,
             "operators": len(pico.core.model.operators), "arena": pico.arena_bytes,
             "scratch": pico.scratch_bytes, "cycles": run.cycles, "llvm_equal": llvm_equal,
-            "lsb": lsb, "fraction": differing / values, "values": values}
+            "lsb": lsb, "fraction": differing / values, "values": values,
+            "tflite_lsb": None if tflite is None else tflite_lsb}
 
 
-def report(rows: list[dict], seeds: int) -> str:
+def zoo_row(name: str, symmetric: bool, seeds: int, work: Path) -> dict:
+    from tvm_serenity.zoo import onnx_cnns
+    folder = work / f"{name}_{'sym' if symmetric else 'asym'}"
+    folder.mkdir()
+    path = onnx_cnns.quantized(onnx_cnns.MODELS[name][0](), folder, symmetric=symmetric)
+    return measure(name, "symmetric" if symmetric else "asymmetric", path,
+                   [onnx_cnns.model_inputs(path, seed) for seed in range(seeds)], folder)
+
+
+def int8_inputs(path: str, seed: int) -> list[np.ndarray]:
+    """Uniform int8 values for each graph input of ``path`` (a symbolic batch as 1)."""
+    import onnx
+    rng = np.random.default_rng(seed)
+    return [rng.integers(-128, 128, [d.dim_value or 1 for d in i.type.tensor_type.shape.dim],
+                         np.int8) for i in onnx.load(path).graph.input]
+
+
+def convert(python: str, tflite: Path, out: Path) -> str:
+    """``tflite`` converted by ``python -m tf2onnx.convert`` into ``out``; exits naming the
+    model and tf2onnx's last line if the conversion fails."""
+    try:
+        done = subprocess.run([python, "-m", "tf2onnx.convert", "--tflite", str(tflite),
+                               "--output", str(out), "--opset", "13"],
+                              capture_output=True, text=True)
+    except OSError as e:
+        raise SystemExit(f"onnx_bench: cannot run --tf2onnx {python}: {e.strerror}") from None
+    if done.returncode != 0 or not out.exists():
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"onnx_bench: tf2onnx ({python}) cannot convert {tflite.name}: {last}")
+    return str(out)
+
+
+def mlperf_row(python: str, tflite: Path, seeds: int, work: Path) -> dict:
+    folder = work / tflite.stem
+    folder.mkdir()
+    path = convert(python, tflite, folder / f"{tflite.stem}.onnx")
+    return measure(f"{tflite.stem} (MLPerf Tiny, tf2onnx)", "as the .tflite", path,
+                   [int8_inputs(path, seed) for seed in range(seeds)], folder, tflite)
+
+
+def report(rows: list[dict], seeds: int, mlperf: bool) -> str:
     body = table(["model", "activations", "operators", "arena B", "scratch B",
                   "rp2040js cycles", "bit-exact (reference, rp2040js)", "= llvm build",
-                  "max LSB vs onnxruntime", "values differing"],
+                  "max LSB vs onnxruntime", "values differing", "vs the .tflite"],
                  [[r["model"], r["activations"], r["operators"], r["arena"], r["scratch"],
                    r["cycles"], "yes", "yes" if r["llvm_equal"] else "NO", r["lsb"],
-                   f"{100 * r['fraction']:.1f}% of {r['values']:,}"] for r in rows])
+                   f"{100 * r['fraction']:.1f}% of {r['values']:,}",
+                   "-" if r["tflite_lsb"] is None else f"{r['tflite_lsb']} LSB"]
+                  for r in rows])
+    models = ("the MLPerf Tiny `.tflite` models converted by tf2onnx (`--tf2onnx PYTHON`, "
+              "opset 13: int8 inputs and outputs, a symbolic batch fixed to 1; their "
+              "activations quantized as in the `.tflite`), whose last column is the max LSB "
+              "between this build and the host build of the original `.tflite` on the same "
+              "int8 inputs" if mlperf else
+              "no MLPerf Tiny rows: tf2onnx and TensorFlow are not in the project's "
+              "environment; they install in a separate one (`pip install tensorflow "
+              "tf2onnx`), whose Python `--tf2onnx PYTHON` takes to convert "
+              "`../shared/models/mlperf_tiny/*.tflite` and add their rows")
     return (f"{_TITLE}\n\n`tvm-serenity compile MODEL.onnx --target pico` through the one "
             "route (TVM's ONNX frontend, NHWC, `LowerFakeQuant`, the `MemoryAwareSchedule` pass "
             "on the MCU memory model, the MCU back end) on the small CNNs of "
             "`tvm_serenity.zoo.onnx_cnns`, quantized by onnxruntime (QDQ, int8, per-channel "
-            "weights). Bit-exact: the rp2040js output equals the reference interpreter on the "
-            "operators the build compiled (`model.tflite`). Over "
-            f"{seeds} random float inputs on the host build of the same C: equal to the llvm "
-            "build of `from_onnx`'s module, and the int8 values behind each output against "
-            "onnxruntime's (its requantization is float with round half to even, ours TFLite's "
-            "fixed point: 1 LSB per operator at most, adding up along a path). No MLPerf Tiny "
-            "model in ONNX form: tf2onnx needs a TensorFlow that does not install here.\n\n"
+            f"weights), and {models}. Bit-exact: the rp2040js output equals the reference "
+            "interpreter on the operators the build compiled (`model.tflite`). Over "
+            f"{seeds} random inputs (float normal, or uniform int8 for int8 inputs) on the "
+            "host build of the same C: equal to the llvm build of `from_onnx`'s module, and "
+            "the int8 values behind each output against onnxruntime's (its requantization is "
+            "float with round half to even, ours TFLite's fixed point: 1 LSB per operator at "
+            "most, adding up along a path; a final Softmax magnifies a 1 LSB logit step to "
+            "several).\n\n"
             f"{body}\n")
 
 
@@ -94,14 +162,21 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one model, two inputs")
     ap.add_argument("--seeds", type=int, default=8, help="random inputs per model")
+    ap.add_argument("--tf2onnx", metavar="PYTHON",
+                    help="a Python with tf2onnx: add the MLPerf Tiny models, converted by it")
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args(argv)
     started = time.perf_counter()
     variants = onnx_cnns.VARIANTS[:1] if args.quick else onnx_cnns.VARIANTS
     seeds = 2 if args.quick else args.seeds
     with tempfile.TemporaryDirectory() as work:
-        rows = [measure(name, sym, seeds, Path(work)) for name, sym in variants]
-    publish("onnx", report(rows, seeds), started, args.write)
+        rows = [zoo_row(name, sym, seeds, Path(work)) for name, sym in variants]
+        if args.tf2onnx:
+            models = sorted(MLPERF.glob("*.tflite"))
+            if not models:
+                raise SystemExit(f"onnx_bench: no .tflite model in {MLPERF}")
+            rows += [mlperf_row(args.tf2onnx, m, seeds, Path(work)) for m in models]
+    publish("onnx", report(rows, seeds, bool(args.tf2onnx)), started, args.write)
     return 0
 
 

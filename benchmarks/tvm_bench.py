@@ -23,6 +23,8 @@ returned tensor to the caller. Columns:
 * ``tvm.compile B``: what a plain ``tvm.compile(mod, target="llvm")`` plans: on a CPU target it
   runs TVM's ``"default"`` Relax pipeline (``relax.pipeline.default_build_pipeline``: legalize,
   no operator fusion), so every int32/int16 temporary of every kernel is a tensor of its own;
+  both TVM pipelines get the module after :class:`~tvm_serenity.passes.ShareKernels` (each
+  distinct kernel once, as the serenity pipeline builds it);
 * ``TVM CPU B``: TVM's CPU pipeline (``relax.get_default_pipeline(llvm)``, i.e. ``cpu_generic``:
   legalize, ``FuseOps``/``FuseTIR``, dataflow lowering), stored (TFLite) order: the TVM figure
   of the ``peers`` section (there plus the graph input and output). Both TVM columns are
@@ -249,9 +251,10 @@ def measure(rel: str, inputs: int = INPUTS, seed: int = SEED) -> Row:
         row.notes.append(f"import failed: {_why(e)}")
         return row
     row.bindings = sum(len(b.bindings) for b in mod["main"].body.blocks)
+    shared = sp.ShareKernels()(mod)     # what TVM's pipelines build: each kernel once, as ours
     for key, pipeline in TVM_PIPELINES.items():
         try:
-            setattr(row, key, tvm_plan(mod, pipeline()))
+            setattr(row, key, tvm_plan(shared, pipeline()))
         except Exception as e:  # noqa: BLE001
             row.notes.append(f"{key}: {_why(e)}")
     capture = _Capture()

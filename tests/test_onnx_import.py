@@ -189,3 +189,143 @@ def test_corrupt_file_is_refused(tmp_path):
 def test_float_model_is_refused():
     with pytest.raises(ONNXError, match="no QuantizeLinear"):
         from_onnx(conv_stack())
+
+
+# ----------------------------------------------------------------------------- tf2onnx's forms
+def with_symbolic_dim(path: str, dim: int, name: str = "N") -> onnx.ModelProto:
+    """The model at ``path`` with dimension ``dim`` of its first input (and, for the batch, of
+    its outputs) made symbolic, as tf2onnx writes a Keras model's batch."""
+    model = onnx.load(path)
+    values = [model.graph.input[0]] + (list(model.graph.output) if dim == 0 else [])
+    for value in values:
+        value.type.tensor_type.shape.dim[dim].dim_param = name
+    return model
+
+
+def test_a_symbolic_batch_dimension_is_fixed_to_one(qdq_models, tmp_path):
+    path = qdq_models["conv_stack", False]
+    symbolic = tmp_path / "batch.onnx"
+    onnx.save(with_symbolic_dim(path, 0), symbolic)
+    mod = from_onnx(symbolic)
+    assert [int(d) for d in mod["main"].params[0].ty.shape] == [1, 3, 16, 16]
+    inputs = model_inputs(path, 4)
+    got = quantize_outputs(symbolic, run_vm(mod, inputs, "default"))
+    lsb, _ = compare_int8(got, onnx_reference_int8(symbolic, inputs))
+    assert lsb <= 1
+
+
+def test_any_other_symbolic_dimension_is_refused_naming_it(qdq_models):
+    model = with_symbolic_dim(qdq_models["conv_stack", False], 2, "height")
+    with pytest.raises(ONNXError, match=r"input 'x' dimension 2 is 'height'.*batch") as e:
+        from_onnx(model)
+    assert "\n" not in str(e.value)
+
+
+def tf2onnx_like(channels: int, depthwise: bool, seed: int = 0) -> onnx.ModelProto:
+    """A small model in the form tf2onnx gives a Keras int8 ``.tflite``: an int8 NHWC input
+    with a symbolic batch, moved to NCHW by a Transpose (by a Reshape for one channel, as
+    tf2onnx does), ``Conv -> Relu`` between QDQ pairs (OIHW int8 weights per channel, int32
+    bias), [a depthwise conv], an AveragePool to 1x1 quantized like its input, a Reshape of
+    the int8 tensor, ``MatMul + Add`` for a dense layer and Softmax; the int8 results of the
+    Softmax and of the dense layer (the logits) are the graph outputs."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+
+    def const(name, value):
+        inits.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def node(op, inputs, **attrs):
+        out = f"{op.lower()}{len(nodes)}"
+        nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
+        return out
+
+    def dq(x, scale, zero_point):
+        return node("DequantizeLinear", [x, const(f"s{len(inits)}", np.float32(scale)),
+                                         const(f"z{len(inits)}", np.int8(zero_point))])
+
+    def q(x, scale, zero_point):
+        return node("QuantizeLinear", [x, const(f"s{len(inits)}", np.float32(scale)),
+                                       const(f"z{len(inits)}", np.int8(zero_point))])
+
+    def weights(shape, scales, axis=None):
+        w = const(f"w{len(inits)}", rng.integers(-127, 128, shape).astype(np.int8))
+        s = const(f"ws{len(inits)}", np.asarray(scales, np.float32))
+        z = const(f"wz{len(inits)}", np.zeros(np.shape(scales), np.int8))
+        return node("DequantizeLinear", [w, s, z], **({} if axis is None else {"axis": axis}))
+
+    def bias(size, scales):
+        b = const(f"b{len(inits)}", rng.integers(-2000, 2000, size).astype(np.int32))
+        s = const(f"bs{len(inits)}", np.asarray(scales, np.float32))
+        return node("DequantizeLinear", [b, s, const(f"bz{len(inits)}",
+                                                     np.zeros(np.shape(scales), np.int32))],
+                    **({"axis": 0} if np.ndim(scales) else {}))
+
+    def conv(x, in_scale, c_in, c_out, group, out_scale, **attrs):
+        scales = rng.uniform(0.005, 0.02, c_out).astype(np.float32)
+        y = node("Conv", [x, weights([c_out, c_in // group, 3, 3], scales, 0),
+                          bias(c_out, np.float32(in_scale) * scales)], kernel_shape=[3, 3],
+                 group=group, **attrs)
+        return dq(q(node("Relu", [y]), out_scale, -128), out_scale, -128)
+
+    image = "input_1_int8"
+    moved = node("Reshape", [image, const("nchw", np.array([-1, 1, 8, 8], np.int64))]) \
+        if channels == 1 else node("Transpose", [image], perm=[0, 3, 1, 2])
+    x = conv(dq(moved, 1 / 255, -128), 1 / 255, channels, 8, 1, 0.05, strides=[2, 2],
+             pads=[0, 0, 1, 1])
+    scale = 0.05
+    if depthwise:
+        x, scale = conv(x, scale, 8, 8, 8, 0.04, pads=[1, 1, 1, 1]), 0.04
+    pooled = q(node("AveragePool", [x], kernel_shape=[4, 4], strides=[4, 4]), scale, -128)
+    flat = dq(node("Reshape", [pooled, const("flat", np.array([-1, 8], np.int64))]), scale,
+              -128)
+    w_scale = 0.01
+    logits = node("Add", [node("MatMul", [flat, weights([8, 5], w_scale)]),
+                          bias(5, np.float32(scale) * np.float32(w_scale))])
+    logits = q(logits, 0.1, 3)
+    probs = q(node("Softmax", [dq(logits, 0.1, 3)]), 1 / 256, -128)
+    graph = helper.make_graph(
+        nodes, "tf2onnx_like",
+        [helper.make_tensor_value_info(image, TensorProto.INT8, ["unk__1", 8, 8, channels])],
+        [helper.make_tensor_value_info(o, TensorProto.INT8, ["unk__2", 5])
+         for o in (probs, logits)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+@pytest.mark.parametrize("channels, depthwise", [(3, True), (1, False)])
+def test_a_tf2onnx_form_imports_as_the_tflite_operators(channels, depthwise):
+    """The int8 input's Transpose / Reshape to NCHW cancels against the NHWC layout (no
+    TRANSPOSE left), a one-channel conv is a CONV_2D, not a depthwise one; the int8 output
+    runs on the reference interpreter (the operators read back from the module) exactly as the
+    module does. Against onnxruntime: the int8 logits within 1 LSB; the Softmax where the
+    logits agree (a 1 LSB logit step moves a probability by up to ~p * 0.1 * 256 LSB)."""
+    from tvm_serenity.frontend.reference import Interpreter
+    from tvm_serenity.frontend.relax_lift import operators_of
+
+    model = tf2onnx_like(channels, depthwise)
+    mod = from_onnx(model)
+    lifted = operators_of(mod)
+    assert [op.op for op in lifted.operators] == \
+        ["CONV_2D"] + ["DEPTHWISE_CONV_2D"] * depthwise + \
+        ["AVERAGE_POOL_2D", "RESHAPE", "FULLY_CONNECTED", "SOFTMAX"]
+    agreeing = 0
+    for seed in range(4):
+        x = np.random.default_rng(seed).integers(-128, 128, (1, 8, 8, channels), np.int8)
+        ours = run_vm(mod, [x], "default")
+        assert [o.dtype for o in ours] == [np.int8, np.int8]
+        assert all(np.array_equal(a, b) for a, b in zip(ours, Interpreter(lifted).run([x])))
+        probs, logits = quantize_outputs(model, ours)
+        want_probs, want_logits = onnx_reference_int8(model, [x])
+        print(f"seed {seed}: logits {compare_int8(logits, want_logits)}, softmax "
+              f"{compare_int8(probs, want_probs)} (max LSB, fraction differing)")
+        assert compare_int8(logits, want_logits)[0] <= 1
+        assert len(np.unique(want_probs)) > 1           # not a saturated output
+        if np.array_equal(logits, want_logits):
+            agreeing += 1
+            assert compare_int8(probs, want_probs)[0] <= 1
+    assert agreeing > 0

@@ -37,8 +37,9 @@ def test_quick_path_on_one_model():
     assert row.bindings == len(load_tflite(path).operators)
 
     # "tvm.compile" is what a plain tvm.compile(mod, "llvm") plans; "TVM CPU" what TVM's CPU
-    # stage lists (legalize with fusion, dataflow lowering) leave to StaticPlanBlockMemory
-    mod = from_tflite(path)
+    # stage lists (legalize with fusion, dataflow lowering) leave to StaticPlanBlockMemory,
+    # both for the module with each distinct kernel once (as the serenity pipeline builds it)
+    mod = sp.ShareKernels()(from_tflite(path))
     before = _BeforeStaticPlan()
     with tvm.transform.PassContext(instruments=[before]):
         tvm.compile(mod, target="llvm")

@@ -9,7 +9,14 @@ operators between ``R.quantize`` / ``R.dequantize``: OIHW weights dequantized pe
 GlobalAveragePool as ``mean(axis=[2, 3], keepdims=True)``, Flatten as a ``reshape``, Gemm as
 ``matmul`` (of transposed weights) plus a bias.
 
-:func:`from_onnx` then
+tf2onnx writes an int8 ``.tflite`` the same way, with the graph's int8 inputs and outputs kept
+(an int8 input moved to NCHW by a Transpose, or a Reshape for one channel, before its first
+DequantizeLinear; the last QuantizeLinear's result the output), ``MatMul`` + ``Add`` for a dense
+layer, ``Relu`` between the operator and its QuantizeLinear, and a symbolic batch dimension.
+
+:func:`from_onnx` fixes each graph input's shape (an unknown or symbolic *first* dimension, the
+batch, is 1; any other symbolic dimension is refused naming the input and dimension), imports
+the model with TVM's frontend and then
 
 1. **moves the graph to NHWC** (:class:`_ToNHWC`, one pass over the bindings in order): every
    4-D value of a layout-aware operator (conv2d, pools, mean, concat, elementwise ops, quantize /
@@ -17,7 +24,9 @@ GlobalAveragePool as ``mean(axis=[2, 3], keepdims=True)``, Flatten as a ``reshap
    per-channel axis moved with them), channel-bias reshapes dropped (the 1-D vector broadcasts
    over NHWC), reduction / concat axes and quantization axes mapped. Where a value must be seen
    in NCHW (a graph input or output, a flatten of a non-1x1 tensor, any other operator) the
-   *int8* tensor under its ``dequantize`` is permuted, so no float layout change is added.
+   *int8* tensor under its ``dequantize`` is permuted, so no float layout change is added; a
+   permute of an int8 tensor that was itself reshaped or permuted (tf2onnx's input Transpose)
+   merges with that move, so an input moved to NCHW and back reads the input itself.
    Two forms are made explicit for TFLite's kernels: ``quantize(reshape(dequantize(q)))`` with
    one quantization becomes an int8 ``reshape(q)``, and a Concat whose inputs are quantized
    differently from its output (and a Softmax quantized to other than TFLite's 1/256) gets its
@@ -30,9 +39,9 @@ GlobalAveragePool as ``mean(axis=[2, 3], keepdims=True)``, Flatten as a ``reshap
 
 The rounding differs from onnxruntime's (float requantization, round half to even), so outputs
 are compared in int8 LSBs: :func:`onnx_reference_int8` runs onnxruntime and returns the int8
-tensors feeding the final DequantizeLinear nodes, :func:`quantize_outputs` turns the Relax
-module's float outputs back into those int8 tensors (an exact inverse of the final
-``dequantize``) and :func:`compare_int8` measures the difference.
+tensors feeding the final DequantizeLinear nodes (an int8 output as it is),
+:func:`quantize_outputs` turns the Relax module's float outputs back into those int8 tensors (an
+exact inverse of the final ``dequantize``) and :func:`compare_int8` measures the difference.
 """
 
 from __future__ import annotations
@@ -50,7 +59,7 @@ from tvm.relax.frontend.onnx import from_onnx as tvm_from_onnx
 
 from ..errors import SerenityError
 from ..passes.convert import is_op
-from ..passes.fakequant import LowerFakeQuant
+from ..passes.fakequant import LowerFakeQuant, layout_change
 
 __all__ = ["ONNXError", "from_onnx", "onnx_reference_int8", "quantize_outputs",
            "compare_int8"]
@@ -104,6 +113,33 @@ def _load(model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, 
     return model, where
 
 
+def _input_shapes(model: onnx.ModelProto, where: str) -> dict[str, list[int]]:
+    """The static shape of each graph input: an unknown or symbolic first (batch) dimension
+    is fixed to 1; any other one, or an input without a shape, raises :class:`ONNXError`."""
+    weights = {t.name for t in model.graph.initializer}
+    shapes = {}
+    for value in model.graph.input:
+        if value.name in weights:
+            continue
+        tensor = value.type.tensor_type
+        if not tensor.HasField("shape"):
+            raise ONNXError(f"{where}: input '{value.name}' has no shape (unknown rank): only "
+                            "static shapes are supported")
+        shape = []
+        for k, dim in enumerate(tensor.shape.dim):
+            if dim.HasField("dim_value") and dim.dim_value > 0:
+                shape.append(dim.dim_value)
+            elif k == 0:
+                shape.append(1)                     # the batch: one sample per run
+            else:
+                raise ONNXError(f"{where}: input '{value.name}' dimension {k} is "
+                                f"{repr(dim.dim_param) if dim.dim_param else 'unknown'}: only "
+                                "the batch (first) dimension may be symbolic (it is fixed "
+                                "to 1)")
+        shapes[value.name] = shape
+    return shapes
+
+
 def _number(expr) -> float | None:
     if isinstance(expr, tvm.ir.Constant) and expr.value.numpy().size == 1:
         return float(expr.value.numpy().reshape(()))
@@ -111,8 +147,10 @@ def _number(expr) -> float | None:
 
 
 def _shape(expr) -> list[int] | None:
+    """The static shape of ``expr`` (None if it is not a tensor of known, constant shape)."""
     ty = expr.ty
-    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
+    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr) \
+            or not all(isinstance(d, tvm.tirx.IntImm) for d in ty.shape.values):
         return None
     return [int(d) for d in ty.shape.values]
 
@@ -148,9 +186,11 @@ class _ToNHWC:
 
     def run(self) -> relax.Function:
         for b in self.bindings:
-            if not isinstance(b, relax.VarBinding):
-                raise ONNXError(f"{self.where}: '{b.var.name_hint}' has a dynamic shape "
-                                "(a match_cast): only static shapes are supported")
+            if not isinstance(b, relax.VarBinding) \
+                    or (isinstance(b.var.ty, relax.TensorType) and _shape(b.var) is None):
+                raise ONNXError(f"{self.where}: '{b.var.name_hint}' has a dynamic shape: only "
+                                "static shapes are supported (of the inputs' dimensions only "
+                                "a symbolic batch, fixed to 1)")
         attrs = dict(self.func.attrs.items()) if self.func.attrs is not None else None
         with self.bb.function("main", list(self.func.params), attrs):
             with self.bb.dataflow():
@@ -176,12 +216,32 @@ class _ToNHWC:
             new = self.new[expr]
             dq = self.values.get(new)
             if is_op(dq, "relax.dequantize") and _quantization(dq) is not None:
-                moved = self.emit(relax.op.permute_dims(dq.args[0], axes))
+                moved = self._permuted_int8(dq.args[0], axes)
                 self.cache[key] = self.emit(relax.op.dequantize(
                     moved, dq.args[1], dq.args[2], axis=-1, out_dtype=dq.attrs.out_dtype))
             else:
                 self.cache[key] = self.emit(relax.op.permute_dims(new, axes))
         return self.cache[key]
+
+    def _permuted_int8(self, q: relax.Expr, axes) -> relax.Expr:
+        """int8 ``q`` permuted by ``axes``, merged with the int8 reshape / permute that made
+        ``q`` (a graph input's Transpose or channel Reshape to NCHW, undone for NHWC): nothing
+        if the two cancel, one reshape if they keep the order of the elements, one permute if
+        both are permutes."""
+        inner = self.values.get(q)
+        shape = None if not is_op(inner, *_DATA_MOVES) else _shape(inner.args[0])
+        if shape is None:
+            return self.emit(relax.op.permute_dims(q, axes))
+        source = inner.args[0]
+        probe = np.transpose(layout_change(inner)(np.arange(int(np.prod(shape)))
+                                                  .reshape(shape)), axes)
+        if np.array_equal(probe.ravel(), np.arange(probe.size)):
+            return source if list(probe.shape) == shape \
+                else self.emit(relax.op.reshape(source, probe.shape))
+        if is_op(inner, "relax.permute_dims"):
+            first = [int(a) for a in inner.attrs.axes]
+            return self.emit(relax.op.permute_dims(source, [first[a] for a in axes]))
+        return self.emit(relax.op.permute_dims(q, axes))
 
     def as_nchw(self, expr: relax.Expr) -> relax.Expr:
         """``expr``'s new value in its original layout (tuples field by field)."""
@@ -436,14 +496,17 @@ def _check(model: onnx.ModelProto, where: str, func: relax.Function, lower: Lowe
 # ====================================================================== public API
 def from_onnx(model: str | os.PathLike | onnx.ModelProto) -> tvm.IRModule:
     """Import an int8 QDQ ONNX model (a path or a ``ModelProto``) as a Relax module whose
-    operators are integer kernels (see the module docstring). ``main`` takes and returns float
-    tensors in the model's layouts. Raises :class:`ONNXError` for a file that is not a valid
-    ONNX model and for any operator that would stay in float."""
+    operators are integer kernels (see the module docstring). ``main`` takes and returns the
+    model's tensors (float, or int8 where the graph's inputs / outputs are) in its layouts, a
+    symbolic batch as 1. Raises :class:`ONNXError` for a file that is not a valid ONNX model,
+    for a symbolic dimension other than an input's batch and for any operator that would stay
+    in float."""
     model, where = _load(model)
     if not any(n.op_type == "QuantizeLinear" for n in model.graph.node):
         raise ONNXError(f"{where}: no QuantizeLinear node, not a QDQ-quantized model")
+    shapes = _input_shapes(model, where)
     try:
-        mod = tvm_from_onnx(model, keep_params_in_input=False)
+        mod = tvm_from_onnx(model, shape_dict=shapes, keep_params_in_input=False)
     except Exception as e:           # TVM's frontend raises assorted types; one line for users
         first = (str(e).strip().splitlines() or [""])[0]
         raise ONNXError(f"{where}: TVM's ONNX frontend cannot import it: "
@@ -457,47 +520,60 @@ def from_onnx(model: str | os.PathLike | onnx.ModelProto) -> tvm.IRModule:
     return mod
 
 
-def _final_dequantize(model: onnx.ModelProto, where: str) -> list[onnx.NodeProto]:
-    """The DequantizeLinear node producing each graph output."""
+_INTEGER_TYPES = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)
+
+
+def _output_sources(model: onnx.ModelProto, where: str
+                    ) -> list[tuple[str, onnx.NodeProto | None]]:
+    """Per graph output: (the int8 tensor behind it, the DequantizeLinear producing the output
+    from it, or None for an int8 output, e.g. a tf2onnx model's QuantizeLinear result)."""
     producers = {o: n for n in model.graph.node for o in n.output}
-    nodes = []
+    sources = []
     for out in model.graph.output:
         node = producers.get(out.name)
-        if node is None or node.op_type != "DequantizeLinear":
-            raise ONNXError(f"{where}: output '{out.name}' is not produced by a "
+        if out.type.tensor_type.elem_type in _INTEGER_TYPES:
+            sources.append((out.name, None))
+        elif node is not None and node.op_type == "DequantizeLinear":
+            sources.append((node.input[0], node))
+        else:
+            raise ONNXError(f"{where}: output '{out.name}' is neither int8 nor produced by a "
                             "DequantizeLinear node")
-        nodes.append(node)
-    return nodes
+    return sources
 
 
 def onnx_reference_int8(model: str | os.PathLike | onnx.ModelProto,
                         inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     """onnxruntime's int8 outputs of a QDQ model: the tensors feeding the DequantizeLinear
-    nodes that produce its outputs, for ``inputs`` in graph-input order."""
+    nodes that produce its outputs (an int8 output itself), for ``inputs`` in graph-input
+    order."""
     import onnxruntime as ort
 
     model, where = _load(model)
-    names = [n.input[0] for n in _final_dequantize(model, where)]
+    sources = _output_sources(model, where)
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     del probe.graph.output[:]
-    probe.graph.output.extend(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.INT8, None)
-                              for n in names)
+    probe.graph.output.extend(
+        onnx.helper.make_tensor_value_info(name, onnx.TensorProto.INT8, None) if node
+        else out for (name, node), out in zip(sources, model.graph.output))
     session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
     if len(inputs) != len(session.get_inputs()):
         raise ValueError(f"{where}: {len(session.get_inputs())} inputs, {len(inputs)} given")
     feeds = {i.name: np.asarray(a) for i, a in zip(session.get_inputs(), inputs)}
-    return session.run(names, feeds)
+    return session.run([name for name, _ in sources], feeds)
 
 
 def quantize_outputs(model: str | os.PathLike | onnx.ModelProto,
                      outputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """The int8 tensors behind float ``outputs`` of the model (each the exact inverse of its
-    final DequantizeLinear: ``round(y / scale) + zero_point``)."""
+    """The int8 tensors behind ``outputs`` of the model: a float output's the exact inverse of
+    its final DequantizeLinear (``round(y / scale) + zero_point``), an int8 output as it is."""
     model, where = _load(model)
     inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
     result = []
-    for node, y in zip(_final_dequantize(model, where), outputs):
+    for (_, node), y in zip(_output_sources(model, where), outputs):
+        if node is None:
+            result.append(np.asarray(y))
+            continue
         if not all(n in inits for n in node.input[1:3]):
             raise ONNXError(f"{where}: the scale / zero point of '{node.output[0]}' are not "
                             "initializers")

@@ -7,6 +7,8 @@
 * :class:`MemoryAwareSchedule`: reorders every dataflow block for minimum peak memory;
 * :class:`RiPLowering` (with :class:`RiPAnnotate`): int8 convolutions that are their input's last
   consumer run as in-place Right-in-Place kernels (``R.call_tir_inplace``);
+* :class:`ShareKernels`: drops the kernels' operator descriptions (the MCU route's) and merges
+  the kernels that are then identical, so TVM builds each once;
 * :class:`ArenaPlan`: replaces ``StaticPlanBlockMemory`` with one arena at planned offsets;
 * :func:`serenity_pipeline`: TVM's CPU pipeline with these inserted (and the extension points
   :data:`BEFORE_LEGALIZE` / :data:`AFTER_SCHEDULE`); importing this package registers it, so
@@ -26,6 +28,7 @@ from .pipeline import (AFTER_SCHEDULE, BEFORE_LEGALIZE, PIPELINE_NAME, pipeline_
 from .schedule import BlockSchedule, MemoryAwareSchedule, ScheduleReport, read_report
 from .rewrite import BlockRewrite, IdentityGraphRewrite, RewriteReport
 from .rip import RiPAnnotate, RiPLowering
+from .share import ShareKernels
 
 register()
 
@@ -34,4 +37,4 @@ __all__ = ["LowerFakeQuant", "FoldPad", "MemoryAwareSchedule", "ScheduleReport",
            "pipeline_report", "read_report", "BEFORE_LEGALIZE", "AFTER_SCHEDULE", "PIPELINE_NAME",
            "BlockGraph", "ConversionError", "PassError", "block_graph", "graph_of_bindings",
            "with_blocks", "RiPAnnotate", "RiPLowering", "IdentityGraphRewrite", "RewriteReport",
-           "BlockRewrite"]
+           "BlockRewrite", "ShareKernels"]

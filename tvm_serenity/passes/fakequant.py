@@ -68,7 +68,7 @@ from ..frontend.relax_lift import INHERIT
 from .convert import is_op, relax_functions
 from .pipeline import BEFORE_LEGALIZE
 
-__all__ = ["LowerFakeQuant"]
+__all__ = ["LowerFakeQuant", "layout_change"]
 
 # float activation before the quantize -> TFLite fused activation
 _FLOAT_CLIPS = {(0.0, 6.0): "RELU6", (-1.0, 1.0): "RELU_N1_TO_1"}
@@ -193,7 +193,7 @@ def _quantize_float(root: _Root) -> Kernel:
         v, root.scale, root.zero_point, *root.clamp), describe
 
 
-def _layout_change(call) -> Callable[[np.ndarray], np.ndarray] | None:
+def layout_change(call) -> Callable[[np.ndarray], np.ndarray] | None:
     """What a ``reshape`` / ``permute_dims`` call does to a numpy array (else None)."""
     if is_op(call, "relax.reshape"):
         shape = _shape(call)
@@ -229,7 +229,7 @@ class _Matcher:
         call = self.value(expr)
         if isinstance(call, tvm.ir.Constant):
             return call.value.numpy()
-        change = _layout_change(call)
+        change = layout_change(call)
         inner = None if change is None else self.integers(call.args[0])
         return None if inner is None else change(inner)
 
@@ -237,7 +237,7 @@ class _Matcher:
         """A dequantized int8 constant with zero point 0, possibly reshaped or transposed
         after the dequantize."""
         call = self.value(expr)
-        change = _layout_change(call)
+        change = layout_change(call)
         if change is not None:
             inner = self.weights(call.args[0])
             return None if inner is None else _Weights(change(inner.values),
@@ -374,19 +374,20 @@ class _Matcher:
                                 tuple(int(d) for d in a.dilation), (top, bottom, left, right),
                                 q.zero_point, self._requant(root, q, scales))
         groups = int(a.groups)
-        describe = self._describe_conv(q, values, scales, bias, params, groups, root)
+        describe = self._describe_conv(q, values, scales, bias, params, groups, hwoi, root)
         return "conv2d", [q.value], lambda v: ri.conv2d_int8(v, values, bias, params,
                                                              groups), describe
 
     def _describe_conv(self, q: _Quant, hwio: np.ndarray, scales, bias, params: ref.ConvParams,
-                       groups: int, root: _Root) -> Describe | None:
-        """CONV_2D (OHWI filter) or, for one group per input channel, DEPTHWISE_CONV_2D
-        (``1 x KH x KW x C`` filter); padding that is neither SAME nor VALID becomes a PAD
-        with the input's zero point before a VALID window (what the zero-point-shifted taps
-        of the kernel amount to)."""
+                       groups: int, hwoi: bool, root: _Root) -> Describe | None:
+        """CONV_2D (OHWI filter) or, for one group per input channel (of several, or a
+        depthwise HWOI filter), DEPTHWISE_CONV_2D (``1 x KH x KW x C`` filter): a one-channel
+        input with one group is a CONV_2D, as TFLite writes it. Padding that is neither SAME
+        nor VALID becomes a PAD with the input's zero point before a VALID window (what the
+        zero-point-shifted taps of the kernel amount to)."""
         in_shape = _shape(q.value)
         kh, kw, cin_g, cout = hwio.shape
-        depthwise = groups == in_shape[3] and cin_g == 1
+        depthwise = groups == in_shape[3] and cin_g == 1 and (groups > 1 or hwoi)
         options = {"stride_h": params.stride[0], "stride_w": params.stride[1],
                    "dilation_h_factor": params.dilation[0],
                    "dilation_w_factor": params.dilation[1], "fused_activation_function": "NONE"}

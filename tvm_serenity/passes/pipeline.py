@@ -4,6 +4,7 @@ Stages, in order (``tvm.relax.backend.cpu_generic.pipeline`` supplies TVM's list
 
     library dispatch
     BEFORE_LEGALIZE passes         (integer lowering, pad folding, identity graph rewriting)
+    ShareKernels                   (one function per distinct kernel; descriptions dropped)
     legalize, incl. FuseOps/FuseTIR
     MemoryAwareSchedule            (after fusion: it reorders the fused bindings)
     AFTER_SCHEDULE passes          (in-place / RiP lowering for the chosen order)
@@ -33,6 +34,7 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu
 from . import arena, schedule
 from .arena import HOST_ALIGNMENT, ArenaPlan
 from .schedule import MemoryAwareSchedule, read_report
+from .share import ShareKernels
 
 __all__ = ["BEFORE_LEGALIZE", "AFTER_SCHEDULE", "serenity_pipeline", "PIPELINE_NAME",
            "pipeline_report"]
@@ -72,6 +74,7 @@ def serenity_pipeline(*, method: str = "serenity", time_limit: float | None = No
                 for p in cpu.finalize_passes(target)]
     passes = [*cpu.library_dispatch_passes(target),
               *(factory(**options) for factory in BEFORE_LEGALIZE),
+              ShareKernels(),
               *cpu.legalize_passes(target),
               MemoryAwareSchedule(method=method, time_limit=time_limit, inplace=inplace),
               *(factory(**options) for factory in AFTER_SCHEDULE),
