@@ -110,6 +110,8 @@ def _plot_arena(path: Path, graph: Graph, order: list[str], offsets: dict[str, i
     # pairs the plan really laid out in place: input and output share addresses
     pair_tensors = set()
     for p in live.inplace:
+        if p.input not in offsets or p.output not in offsets:     # not both in the arena
+            continue
         a, b = offsets[p.input], offsets[p.output]
         if a < b + graph.nodes[p.output].bytes and b < a + graph.nodes[p.input].bytes:
             pair_tensors |= {p.input, p.output}
