@@ -239,7 +239,7 @@ def test_rip_kernels_run_in_the_arena_on_llvm(chain):
     shifts are memmoved right in place), the arena drops to the largest RiP workspace plus its
     kernel's scratch, and the outputs stay bit-identical to the reference interpreter."""
     mod, inputs, expected = chain
-    plain, off = _planned(mod, rip=False)
+    plain, off = _planned(mod)
     low, on = _planned(mod, rip=True)
     # without RiP: a 1 KiB input and a 1 KiB output at once
     assert off["arena_bytes"] == 2 * int(np.prod(CHAIN_SHAPE)) and off["in_place"] == []

@@ -155,8 +155,9 @@ def _add_compile(sub) -> None:
                    help="operator order (default: serenity; 'stored' is TFLite's order)")
     p.add_argument("--planner", default="optimal", choices=sorted(PLANNERS),
                    help="arena planner (default: optimal)")
-    p.add_argument("--rip", action=argparse.BooleanOptionalAction, default=True,
-                   help="Right In-Place kernels and in-place planning (default: on)")
+    p.add_argument("--rip", action=argparse.BooleanOptionalAction, default=None,
+                   help="Right In-Place kernels and in-place planning (default: on for the "
+                        "boards and host, off for llvm)")
     p.add_argument("--rewrite", action=argparse.BooleanOptionalAction, default=False,
                    help="identity graph rewriting: partition concat -> conv / depthwise "
                         "where it lowers the scheduler's peak (bit-exact; default: off)")
@@ -196,7 +197,8 @@ def _cmd_compile(args) -> int:
     if args.target == LLVM_TARGET:
         from .relax_deploy import REPORT_FILE, compile_relax
         built = compile_relax(model, args.output, method=args.schedule, planner=args.planner,
-                              rewrite=args.rewrite, rip=args.rip, time_limit=args.time_limit,
+                              rewrite=args.rewrite, rip=bool(args.rip),
+                              time_limit=args.time_limit,
                               force=args.force)
         from .report import write_relax_report
         report = write_relax_report(args.output)
@@ -208,7 +210,8 @@ def _cmd_compile(args) -> int:
             print(f"report: {_shown(args.output, report.html)}")
         return 0
     compiled = micro.build_model(model, args.target, args.output, schedule=args.schedule,
-                                 planner=args.planner, rip=args.rip, rewrite=args.rewrite,
+                                 planner=args.planner, rip=args.rip is not False,
+                                 rewrite=args.rewrite,
                                  time_limit=args.time_limit, force=args.force,
                                  int8_core=args.int8_core)
     from .report import write_compiled_report

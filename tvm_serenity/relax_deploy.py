@@ -97,7 +97,7 @@ def is_relax_build(out_dir: str | os.PathLike) -> bool:
 
 def compile_relax(path: str | os.PathLike, out_dir: str | os.PathLike = "serenity_out", *,
                   method: str = "serenity", planner: str = "optimal", rewrite: bool = True,
-                  rip: bool = True, time_limit: float | None = 30.0, seed: int = 0,
+                  rip: bool = False, time_limit: float | None = 30.0, seed: int = 0,
                   force: bool = False) -> RelaxBuild:
     """Compile the int8 ``.tflite`` (or int8 QDQ ``.onnx``, read back as operators through
     :func:`~.frontend.onnx_import.from_onnx` and kept as ``model.tflite``) at ``path`` for the
