@@ -285,8 +285,8 @@ def test_an_onnx_qdq_model_runs_on_the_emulated_pico(onnx_models, tmp_path):
 
 
 # ------------------------------------------------ TVM's own TFLite frontend, LowerFakeQuant
-STOCK = ["conv3x3_same_relu6", "fc_per_tensor", "add_broadcast", "mean_hw_drop", "concat_width", "softmax", "hard_swish",
-         "logistic", "relu_requant"]
+STOCK = ["conv3x3_same_relu6", "fc_per_tensor", "add_broadcast", "mean_hw_drop",
+         "concat_width", "softmax", "hard_swish", "logistic", "relu_requant"]
 
 
 @needs_cc

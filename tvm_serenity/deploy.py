@@ -35,10 +35,10 @@ aliases for ADD/RESHAPE/...) and emits RiP kernels where the plan overlaps a lay
 output; once the order is known, a depthwise layer keeps the zero-gap channel-wise kind only
 where the order's peak needs it (:func:`~tvm_serenity.rip.relax_channel_kinds`; the others get
 RiP's workspace back and need no channel buffer in the scratch; ``plan.json``'s
-``relaxed_channel_layers``); ``rip=False`` is the dual-buffer build of the same model (no overlap anywhere, the same
-kernel loops on two buffers). Building checks the SRAM fit for ``pico``/``pico2`` (arena +
-kernel scratch + .data/.bss + stack reserve against the chip's SRAM) and refuses a model that
-does not fit with every part itemised.
+``relaxed_channel_layers``); ``rip=False`` is the dual-buffer build of the same model (no
+overlap anywhere, the same kernel loops on two buffers). Building checks the SRAM fit for
+``pico``/``pico2`` (arena + kernel scratch + .data/.bss + stack reserve against the chip's
+SRAM) and refuses a model that does not fit with every part itemised.
 
 Inputs and outputs: any number, as the model's signature has them (``model_input(i)`` /
 ``model_output(i)`` in the arena, :mod:`tvm_serenity.codegen.graph_c`). By default a float32
@@ -97,7 +97,8 @@ from .schedule import Deadline, ScheduleResult
 from .text import counted
 
 __all__ = ["TARGETS", "DEFAULT_TIME_LIMIT", "PLAN_FILE", "GRAPH_FILE", "SOURCE_GRAPH_FILE",
-           "CompiledModel", "compile_tflite", "compile_module", "run", "reference_outputs", "load_plan"]
+           "CompiledModel", "compile_tflite", "compile_module", "run", "reference_outputs",
+           "load_plan"]
 
 TARGETS = tuple(micro.BOARDS)     # pico, pico2, host
 DEFAULT_TIME_LIMIT = 30.0
@@ -337,7 +338,8 @@ def compile_tflite(path: str | os.PathLike, target: str = "pico",
     divide-and-conquer search); ``planner``: an arena planner of :mod:`tvm_serenity.alloc`;
     ``time_limit`` bounds the two together (seconds: the search, with ``rewrite`` the whole
     rewrite search, gets up to half, the arena solver most of the rest; None: 30 s).
-    ``rewrite``: identity graph rewriting (module docstring). ``input``: what the project runs (any form of the module docstring; default: ``seed``-random inputs).
+    ``rewrite``: identity graph rewriting (module docstring). ``input``: what the project runs
+    (any form of the module docstring; default: ``seed``-random inputs).
     ``int8_core``: strip the float edges (module docstring). ``build=False`` only generates
     the sources; otherwise the firmware is built and, for the Pico boards, a model that does
     not fit SRAM or flash is refused with :class:`~tvm_serenity.micro.DoesNotFitError`

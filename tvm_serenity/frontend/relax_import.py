@@ -88,7 +88,8 @@ __all__ = ["from_tflite", "SUPPORTED_OPS", "tensor_var_names", "kernel_function"
            "fully_connected_requant", "add_int8", "mul_int8", "mean_int8", "average_pool_int8",
            "max_pool_int8", "softmax_int8", "quantize_float", "relu_table", "table_of",
            "row_max_float", "softmax_float", "log_softmax_float", "arg_max",
-           "OperatorDescription", "describe_operator", "tensor_description", "described_tensor",
+           "OperatorDescription", "describe_operator", "quant_description", "tensor_description",
+           "described_tensor",
            "OPERATOR_ATTR", "CONSTANTS_ATTR", "KERNEL_HASH_ATTR", "kernel_hash",
            "emit_operator"]
 
@@ -454,12 +455,19 @@ def _options_value(value):
     return tuple(_options_value(v) for v in value) if isinstance(value, list) else value
 
 
+def quant_description(scale, zero_point=0, axis: int = 0) -> dict:
+    """Affine quantization as a description holds it: the float32 scales (exactly, as Python
+    floats), the zero points broadcast to them, the axis."""
+    scales = np.atleast_1d(np.asarray(scale, np.float32))
+    zero_points = np.broadcast_to(np.asarray(zero_point, np.int64), scales.shape)
+    return {"scale": [float(v) for v in scales], "zero_point": [int(z) for z in zero_points],
+            "axis": int(axis)}
+
+
 def tensor_description(t: Tensor) -> dict:
-    """Name, shape, dtype and quantization of ``t`` as JSON (float32 scales exactly)."""
-    quant = None if t.quant is None else {
-        "scale": [float(s) for s in t.quant.scale], "zero_point": [int(z) for z in
-                                                                   t.quant.zero_point],
-        "axis": int(t.quant.axis)}
+    """Name, shape, dtype and quantization of ``t`` as JSON (:func:`quant_description`)."""
+    quant = None if t.quant is None else quant_description(t.quant.scale, t.quant.zero_point,
+                                                           t.quant.axis)
     return {"name": t.name, "shape": [int(d) for d in t.shape], "dtype": t.dtype,
             "quant": quant}
 
@@ -488,10 +496,10 @@ class OperatorDescription:
     when the kernel pads its first input with ``v`` before the operator (whose own padding is
     then VALID): read back as a PAD (``v`` the zero point) or PADV2 before it, for a window
     whose explicit padding TFLite's SAME/VALID cannot say. ``index`` is the operator's number
-    in its source file (None: none). Kept as function attributes with the kernel's :func:`kernel_hash`, so it holds for
-    as long as no pass changes the kernel (a pass that does, keeping the attributes, leaves a
-    kernel without description); :func:`tvm_serenity.frontend.relax_lift.operators_of` reads
-    it back."""
+    in its source file (None: none). Kept as function attributes with the kernel's
+    :func:`kernel_hash`, so it holds for as long as no pass changes the kernel (a pass that
+    does, keeping the attributes, leaves a kernel without description);
+    :func:`tvm_serenity.frontend.relax_lift.operators_of` reads it back."""
 
     op: str
     options: dict

@@ -23,11 +23,12 @@ TFLite's builtin, options, each input's tensor and quantization and where its va
 Every tensor's quantization is stated twice, by its producer and by each reader: they must
 agree, as must shapes and dtypes with the Relax types (a kernel that computes in its input's
 quantization without knowing it, e.g. the integer average pool TVM's TFLite frontend writes,
-says ``"quant": "inherit"``: its input is what the producer says, its output the same). Anything else in ``main`` (a float op
-left by a front end, an ``R.call_tir`` of a lowered kernel, a kernel without description as
-``FoldPad`` or ``RiPLowering`` write them) is refused with :class:`LiftError` naming the
-binding and what it computes. The result is checked by the reference interpreter, the
-specification every back end is checked against (its errors name the operator).
+says ``"quant": "inherit"``: its input is what the producer says, its output the same).
+Anything else in ``main`` (a float op left by a front end, an ``R.call_tir`` of a lowered
+kernel, a kernel without description as ``FoldPad`` or ``RiPLowering`` write them) is refused
+with :class:`LiftError` naming the binding and what it computes. The result is checked by the
+reference interpreter, the specification every back end is checked against (its errors name
+the operator).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from tvm import relax
 
 from ..errors import SerenityError
 from .reference import Interpreter
-from .relax_import import OperatorDescription, described_tensor
+from .relax_import import OperatorDescription, described_tensor, quant_description
 from .tflite_model import Operator, Tensor, TFLiteModel
 
 __all__ = ["LiftError", "operators_of", "read_main", "INHERIT"]
@@ -170,8 +171,7 @@ class _Lift:
             scale, zero_point = (_scalar(a) for a in call.args[1:3])
             if scale is None or zero_point is None or source.dtype != "int8":
                 return None
-            q = {"scale": [float(np.float32(scale))], "zero_point": [int(zero_point)],
-                 "axis": 0}
+            q = quant_description(scale, zero_point)
             self.read(source.index, {"name": source.name, "shape": list(source.shape),
                                      "dtype": "int8", "quant": q}, f"main: binding "
                       f"'{var.name}' (DEQUANTIZE)")
@@ -226,9 +226,8 @@ class _Lift:
         output = desc.outputs[0]
         if output.get("quant") == INHERIT:          # quantized as its first input
             first = self.tensors[inputs[0]].quant
-            output = {**output, "quant": None if first is None else {
-                "scale": [float(v) for v in first.scale],
-                "zero_point": [int(v) for v in first.zero_point], "axis": int(first.axis)}}
+            output = {**output, "quant": None if first is None else quant_description(
+                first.scale, first.zero_point, first.axis)}
         out = self.new_tensor(output)
         self.entries[out] = (output.get("quant"), who)
         self.of_var[var] = out

@@ -148,10 +148,7 @@ def _entry(expr, scale, zero_point, axis: int = 0, **where) -> dict:
     else:
         shape, dtype = _shape(expr), str(expr.ty.dtype.dtype)
         name = expr.name if isinstance(expr, relax.Var) else "tensor"
-    quant = None if scale is None else {
-        "scale": [float(v) for v in np.atleast_1d(scale)],
-        "zero_point": [int(v) for v in np.broadcast_to(zero_point, np.atleast_1d(scale).shape)],
-        "axis": axis}
+    quant = None if scale is None else ri.quant_description(scale, zero_point, axis)
     return {"name": name, "shape": shape, "dtype": dtype, "quant": quant, **where}
 
 
