@@ -10,7 +10,8 @@ operators, int32 accumulators, and TFLite's fixed-point requantization as Relax 
 with the attribute ``Primitive`` (the form ``FuseOps`` produces; ``FuseTIR`` turns each into one
 PrimFunc and ``FuseOps`` leaves calls to it alone), named like the operator's node in
 :func:`~.to_graph.tflite_to_graph` (``conv2d_5``, ``add_12``, ...; operators whose kernels are
-identical up to their constants would share one function, but their descriptions differ).
+identical up to their constants have one function each, since their descriptions differ;
+:class:`~tvm_serenity.passes.ShareKernels` merges them for TVM's build).
 ``main`` has one dataflow
 block with one binding per operator, in stored (TFLite execution) order, each named after the
 operator's output tensor (sanitized, see :func:`tensor_var_names`). So the tensors between kernels
