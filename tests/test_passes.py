@@ -380,11 +380,17 @@ def test_pipeline_options_and_views_execute(reference):
 
 
 def test_pipeline_stages_in_order_and_extension_points():
+    for rip in (False, True):
+        names = [p.info.name for p in sp.serenity_pipeline(rip=rip).passes]
+        assert names.index("FuseTIR") < names.index("serenity.MemoryAwareSchedule") \
+            < names.index("serenity.RiPLowering") < names.index("CallTIRRewrite") \
+            < names.index("serenity.ArenaPlan") < names.index("LowerAllocTensor")
+        assert "StaticPlanBlockMemory" not in names
+    # rip="auto": everything after the schedule runs in SmallerArena (both ways, compared)
     names = [p.info.name for p in sp.serenity_pipeline().passes]
-    assert names.index("FuseTIR") < names.index("serenity.MemoryAwareSchedule") \
-        < names.index("CallTIRRewrite") < names.index("serenity.ArenaPlan") \
-        < names.index("LowerAllocTensor")
-    assert "StaticPlanBlockMemory" not in names
+    assert names[-2:] == ["serenity.MemoryAwareSchedule", "serenity.SmallerArena"]
+    with pytest.raises(sp.PassError, match="rip must be one of"):
+        sp.serenity_pipeline(rip="yes")
     seen = {}
 
     def before(**options):
@@ -394,7 +400,7 @@ def test_pipeline_stages_in_order_and_extension_points():
     sp.BEFORE_LEGALIZE.append(before)
     sp.AFTER_SCHEDULE.append(lambda **_: relax.transform.DeadCodeElimination())
     try:
-        names = [p.info.name for p in sp.serenity_pipeline(method="kahn").passes]
+        names = [p.info.name for p in sp.serenity_pipeline(method="kahn", rip=False).passes]
     finally:
         sp.BEFORE_LEGALIZE.remove(before)
         sp.AFTER_SCHEDULE.pop()

@@ -157,7 +157,8 @@ def _add_compile(sub) -> None:
                    help="arena planner (default: optimal)")
     p.add_argument("--rip", action=argparse.BooleanOptionalAction, default=None,
                    help="Right In-Place kernels and in-place planning (default: on for the "
-                        "boards and host, off for llvm)")
+                        "boards and host; for llvm, built with and without, the smaller "
+                        "arena kept)")
     p.add_argument("--rewrite", action=argparse.BooleanOptionalAction, default=False,
                    help="identity graph rewriting: partition concat -> conv / depthwise "
                         "where it lowers the scheduler's peak (bit-exact; default: off)")
@@ -197,7 +198,8 @@ def _cmd_compile(args) -> int:
     if args.target == LLVM_TARGET:
         from .relax_deploy import REPORT_FILE, compile_relax
         built = compile_relax(model, args.output, method=args.schedule, planner=args.planner,
-                              rewrite=args.rewrite, rip=bool(args.rip),
+                              rewrite=args.rewrite,
+                              rip="auto" if args.rip is None else args.rip,
                               time_limit=args.time_limit,
                               force=args.force)
         from .report import write_relax_report

@@ -97,14 +97,14 @@ def is_relax_build(out_dir: str | os.PathLike) -> bool:
 
 def compile_relax(path: str | os.PathLike, out_dir: str | os.PathLike = "serenity_out", *,
                   method: str = "serenity", planner: str = "optimal", rewrite: bool = True,
-                  rip: bool = False, time_limit: float | None = 30.0, seed: int = 0,
+                  rip: bool | str = "auto", time_limit: float | None = 30.0, seed: int = 0,
                   force: bool = False) -> RelaxBuild:
     """Compile the int8 ``.tflite`` (or int8 QDQ ``.onnx``, read back as operators through
     :func:`~.frontend.onnx_import.from_onnx` and kept as ``model.tflite``) at ``path`` for the
     host into ``out_dir`` (module docstring). ``method``/``planner``/``rewrite``/``rip``/
     ``time_limit``: options of
-    :func:`~tvm_serenity.passes.serenity_pipeline` (the time limit bounds the scheduler and the
-    arena solver, each). ``out_dir`` is written atomically, only when new, empty or an intact
+    :func:`~tvm_serenity.passes.serenity_pipeline` (``rip="auto"``: with and without RiP, the
+    smaller arena kept; the time limit bounds the scheduler and the arena solver, each). ``out_dir`` is written atomically, only when new, empty or an intact
     earlier build (``force``: also an edited one; :mod:`tvm_serenity.builddir`)."""
     import tvm
 

@@ -23,8 +23,8 @@ from .convert import (BlockGraph, ConversionError, PassError, block_graph, graph
                       with_blocks)
 from .fakequant import LowerFakeQuant
 from .foldpad import FoldPad
-from .pipeline import (AFTER_SCHEDULE, BEFORE_LEGALIZE, PIPELINE_NAME, pipeline_report,
-                       register, serenity_pipeline)
+from .pipeline import (AFTER_SCHEDULE, BEFORE_LEGALIZE, PIPELINE_NAME, SmallerArena,
+                       pipeline_report, register, serenity_pipeline)
 from .schedule import BlockSchedule, MemoryAwareSchedule, ScheduleReport, read_report
 from .rewrite import BlockRewrite, IdentityGraphRewrite, RewriteReport
 from .rip import RiPAnnotate, RiPLowering
@@ -37,4 +37,4 @@ __all__ = ["LowerFakeQuant", "FoldPad", "MemoryAwareSchedule", "ScheduleReport",
            "pipeline_report", "read_report", "BEFORE_LEGALIZE", "AFTER_SCHEDULE", "PIPELINE_NAME",
            "BlockGraph", "ConversionError", "PassError", "block_graph", "graph_of_bindings",
            "with_blocks", "RiPAnnotate", "RiPLowering", "IdentityGraphRewrite", "RewriteReport",
-           "BlockRewrite", "ShareKernels"]
+           "BlockRewrite", "ShareKernels", "SmallerArena"]

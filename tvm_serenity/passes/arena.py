@@ -36,15 +36,18 @@ tensor is y (``N_out`` bytes, live to y's last use); the workspace and y's alloc
 plannable) are 0-byte names of it, placed at its offset ``o``. ``plan_arena(..., inplace=True)``
 then lays each pair out in place (x at ``o + S - N_in``: the place call goes, and the take
 call when y is planned), with a right shift (x at ``o``, memmoved right by ``S - N_in`` before
-the kernel: the place call becomes ``rip_shift(ws)``), or apart; a group laid out apart (or at
-a distance the kernel does not read, an alignment above RiPLowering's) is planned again with its
-copies, as ordinary tensors, until every remaining group is laid out as its kernel needs. The
-kernel is an in-place node only where it is x's last reader, so x is never overwritten early.
+the kernel: the place call becomes ``rip_shift(ws)``), or apart. A group laid out apart (or at
+a distance the kernel does not read, an alignment above RiPLowering's) is planned again, until
+every remaining group is laid out as its kernel needs, in two ways, of which the smaller arena is
+kept (the first on a tie): run by its **dual-layout kernel** (:func:`~.rip.dual_func`, the same
+loops on x and a new y buffer: no workspace, no copy) or **with its copies**, as ordinary
+tensors. The kernel is an in-place node only where it is x's last reader, so x is never
+overwritten early. RiPLowering's PrimFuncs no call uses any more are removed.
 
 The pass records, per function, its arena next to TVM's ``StaticPlanBlockMemory`` total for the
 same module (:func:`static_plan_bytes`), the liveness peak and lower bound of the same order and
-the RiP kernels run in the arena (``in_place``; ``moved``: those after a right shift): on the
-pass instance as ``.report`` (:class:`ArenaReport`) and as JSON in the module attribute
+the RiP kernels run in the arena (``in_place``; ``moved``: those after a right shift;
+``dual``: the dual kernels run for groups laid out apart): on the pass instance as ``.report`` (:class:`ArenaReport`) and as JSON in the module attribute
 ``"serenity.arena"``.
 """
 
@@ -66,6 +69,7 @@ REPORT_ATTR = "serenity.arena"
 RIP_ROLE_ATTR = "serenity.rip_role"     # on RiPLowering's PrimFuncs: place, kernel or take
 HOST_ALIGNMENT = 64
 ARENA_VAR = "serenity_arena"
+APART = ("best", "dual", "copies")
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,8 @@ class FunctionArena:
     offsets: dict[str, int] = field(default_factory=dict)
     in_place: list[str] = field(default_factory=list)   # RiP kernels run in the arena
     moved: list[str] = field(default_factory=list)      # of those, input memmoved right first
+    dual: list[str] = field(default_factory=list)       # RiP kernels laid out apart: run on
+                                                        # two buffers (their dual layout)
     graph: dict = field(default_factory=dict, compare=False)   # the graph planned (JSON, in
                                                                # binding order): for reports
 
@@ -157,10 +163,13 @@ class ArenaPlan:
     planner : a key of :data:`tvm_serenity.alloc.PLANNERS` (``"optimal"``: CP-SAT).
     alignment : offset alignment in bytes, a multiple of 64 (see the module docstring).
     time_limit : seconds for the optimal planner per function (None: its default).
+    apart : how RiP groups the plan lays out apart run: ``"dual"`` (their dual-layout kernel),
+        ``"copies"`` (their copies and workspace) or ``"best"`` (both planned, the smaller
+        arena kept; the module docstring).
     """
 
     def __init__(self, planner: str = "optimal", alignment: int = HOST_ALIGNMENT,
-                 time_limit: float | None = None):
+                 time_limit: float | None = None, apart: str = "best"):
         from ..alloc import PLANNERS   # imports the solver: only once a pass is made
         if planner not in PLANNERS:
             raise PassError(f"ArenaPlan: unknown planner '{planner}' "
@@ -169,7 +178,11 @@ class ArenaPlan:
                 or alignment % HOST_ALIGNMENT:
             raise PassError(f"ArenaPlan: alignment must be a positive multiple of "
                             f"{HOST_ALIGNMENT} on the TVM host path, got {alignment!r}")
+        if apart not in APART:
+            raise PassError(f"ArenaPlan: apart must be one of {', '.join(APART)}, got "
+                            f"{apart!r}")
         self.planner = planner
+        self.apart = apart
         self.alignment = alignment
         self.time_limit = time_limit
         self.report = ArenaReport(planner, alignment)
@@ -185,34 +198,21 @@ class ArenaPlan:
                 entry, updates[gvar] = planned
                 report.functions.append(entry)
         self.report = report
-        if any(f.moved for f in report.functions):
+        if any(f.moved or f.dual for f in report.functions):
             mod = bb.get()
-        return with_report(mod, updates, REPORT_ATTR, report.to_json())
+        return _without_idle_rip_funcs(with_report(mod, updates, REPORT_ATTR, report.to_json()))
 
     def _plan_function(self, bb: relax.BlockBuilder, mod: tvm.IRModule, fname: str,
                        func: relax.Function, static: dict[str, int]):
         """(report entry, rewritten function), or None when nothing can be planned."""
-        from ..alloc import plan_arena
-        sizes = {b.var: n for block in func.body.blocks
-                 if not isinstance(block, relax.DataflowBlock)
-                 for b in block.bindings if (n := _alloc_bytes(b))}
-        if not sizes:
+        ways = {"best": (True, False), "dual": (True,), "copies": (False,)}[self.apart]
+        rounds = [r for dual in ways
+                  if (r := self._rounds(bb, mod, fname, func, dual)) is not None]
+        if not rounds:
             return None
-        bindings = [b for block in func.body.blocks for b in block.bindings]
-        used = relax.analysis.free_vars(func.body.body)
-        options = {} if self.time_limit is None else {"time_limit": self.time_limit}
-        allowed = None
-        while True:     # each round drops the RiP groups the plan did not lay out in place
-            layout = _layout(mod, fname, bindings, used, sizes, allowed)
-            if layout is None:
-                return None
-            plan = plan_arena(layout.graph, layout.graph.op_names, planner=self.planner,
-                              alignment=self.alignment, inplace=True, **options)
-            realized = {g.kernel: how for g in layout.groups
-                        if (how := _realized(plan, g, layout.alias))}
-            if len(realized) == len(layout.groups):
-                break
-            allowed = set(realized)
+        # the same arena either way: prefer the dual kernels (no copies to run)
+        mod, func, bindings, layout, plan, realized = min(
+            rounds, key=lambda r: r[4].arena_bytes)
         bg = layout.bg
         offsets = {n: plan.offsets[layout.alias.get(n, n)] for n in layout.planned}
         # moved: the place call becomes the right shift; in place: it goes (x is there
@@ -230,9 +230,61 @@ class ArenaPlan:
             status=plan.status, optimal=plan.optimal, seconds=plan.seconds, offsets=offsets,
             in_place=[bg.graph[g.kernel].attrs["callee"] for g in layout.groups],
             moved=[bg.graph[g.kernel].attrs["callee"] for g in moved],
+            dual=sorted({str(b.value.op.name_hint) for b in bindings
+                         if _rip_role(mod, b.value) == "dual"}),
             graph=layout.graph.to_json())
         at = {bg.vars[n]: off for n, off in offsets.items()}
         return entry, _place_in_arena(func, at, plan.arena_bytes, drop, replaced)
+
+
+    def _rounds(self, bb: relax.BlockBuilder, mod: tvm.IRModule, fname: str,
+                func: relax.Function, dual: bool):
+        """Plan ``func`` until every RiP group left is laid out as its kernel needs: each
+        round runs the groups the plan laid out apart on two buffers (``dual``,
+        :func:`_run_apart`) or keeps their copies (planned as ordinary tensors). Returns
+        (module, function, its bindings, layout, plan, group -> how realized), or None."""
+        from ..alloc import plan_arena
+        options = {} if self.time_limit is None else {"time_limit": self.time_limit}
+        views: set[relax.Var] = set()       # reshapes of the groups run with the dual kernel
+        allowed = None                      # groups that may run in place (None: all)
+        while True:
+            sizes = {b.var: n for block in func.body.blocks
+                     if not isinstance(block, relax.DataflowBlock)
+                     for b in block.bindings if (n := _alloc_bytes(b))}
+            if not sizes:
+                return None
+            bindings = [b for block in func.body.blocks for b in block.bindings]
+            used = relax.analysis.free_vars(func.body.body)
+            layout = _layout(mod, fname, bindings, used, sizes, views, allowed)
+            if layout is None:
+                return None
+            plan = plan_arena(layout.graph, layout.graph.op_names, planner=self.planner,
+                              alignment=self.alignment, inplace=True, **options)
+            realized = {g.kernel: how for g in layout.groups
+                        if (how := _realized(plan, g, layout.alias))}
+            if len(realized) == len(layout.groups):
+                return mod, func, bindings, layout, plan, realized
+            if dual:
+                apart = [g for g in layout.groups if g.kernel not in realized]
+                func = _run_apart(bb, mod, func, layout.bg, apart, views)
+                mod = bb.get()
+            else:
+                allowed = set(realized)
+
+
+def _without_idle_rip_funcs(mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` without the PrimFuncs of RiPLowering no function calls any more (the place,
+    kernel and take functions of groups run in place or on two buffers)."""
+    called = set()
+    for _, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(
+                func.body, lambda e: called.add(e) if isinstance(e, tvm.ir.GlobalVar) else None)
+    idle = [g for g, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)
+            and f.attrs is not None and RIP_ROLE_ATTR in f.attrs and g not in called]
+    for gvar in idle:
+        del mod[gvar]
+    return mod
 
 
 # ------------------------------------------------------------------ RiP groups
@@ -311,18 +363,18 @@ def _rip_groups(mod: tvm.IRModule, bg: BlockGraph) -> list[_RipGroup]:
 
 
 def _layout(mod: tvm.IRModule, fname: str, bindings, used, sizes: dict,
-            allowed: set[str] | None) -> _Layout | None:
-    """The bindings as the graph to plan; ``allowed``: the RiP kernels that may run in place
-    (None: all)."""
+            dual_views: set[relax.Var], allowed: set[str] | None) -> _Layout | None:
+    """The bindings as the graph to plan; ``dual_views``: the reshapes :func:`_run_apart`
+    bound (views, as the groups' own reshapes of their workspace); ``allowed``: the RiP
+    kernels that may run in place (None: all; the others keep their copies)."""
     def read(views=()):
         return graph_of_bindings(bindings, used, name=fname,
                                  size_of=lambda var: sizes.get(var, 0), views=views)
 
-    bg = read()
-    views = [g.view for g in _rip_groups(mod, bg)
-             if g.view is not None and (allowed is None or g.kernel in allowed)]
-    if views:
-        bg = read(views)
+    bg = read(dual_views)
+    views = [*dual_views, *(g.view for g in _rip_groups(mod, bg) if g.view is not None
+                            and (allowed is None or g.kernel in allowed))]
+    bg = read(views)
     graph = bg.graph
     # What reaches the result, or is used other than by a PrimFunc call or a view,
     # escapes the arena: it keeps its own allocation (0 bytes in the plan).
@@ -380,6 +432,76 @@ def _realized(plan, g: _RipGroup, alias: dict[str, str]) -> str | None:
     if move is None:
         return "in place" if plan.offsets[x] == o + g.gap else None
     return "moved" if (move.tensor, move.src, move.dst) == (x, o, o + g.gap) else None
+
+
+def _run_apart(bb: relax.BlockBuilder, mod: tvm.IRModule, func: relax.Function,
+               bg: BlockGraph, groups: list[_RipGroup], views: set[relax.Var]
+               ) -> relax.Function:
+    """``func`` with each of ``groups`` run by its dual-layout kernel (:func:`~.rip.dual_func`:
+    the same loops on two buffers) instead of its copies and workspace::
+
+        x_flat = R.reshape(x, [N_in]);  y_flat = alloc (N_out)      (before the kernel call)
+        dual(x_flat, y_flat, <tables>, scratch)                     (was kernel(ws, ...))
+        y = R.reshape(y_flat, <y's shape>)                          (was take, or y's view)
+
+    The place and take calls, the workspace and its aliases go. The new reshapes are added to
+    ``views`` (the VM runs them as views)."""
+    from .rip import dual_func      # rip imports this module
+    before, values, drop = {}, {}, set()
+    for g in groups:
+        place, call = bg.bindings[g.place].value, bg.bindings[g.kernel].value
+        x = place.args[0]
+        in_bytes = type_bytes(x.ty)
+        x_flat = relax.Var(f"{g.kernel}_x", relax.TensorType((in_bytes,), "int8"))
+        y_ty = relax.TensorType((g.out_bytes,), "int8")
+        y_flat = relax.Var(f"{g.kernel}_y", y_ty)
+        dual = bb.add_func(dual_func(mod[call.op]).with_attr(RIP_ROLE_ATTR, "dual"),
+                           f"{call.op.name_hint}_dual")
+        kernel_var = bg.vars[g.kernel]
+        before[kernel_var] = [
+            relax.VarBinding(x_flat, relax.op.reshape(x, relax.ShapeExpr([in_bytes]))),
+            relax.VarBinding(y_flat, relax.op.builtin.alloc_tensor(
+                relax.ShapeExpr([g.out_bytes]), "int8", 0, "global"))]
+        values[kernel_var] = relax.Call(dual, [x_flat, y_flat, *call.args[1:]], call.attrs,
+                                        call.ty_args)
+        if g.take is not None:      # y's allocation becomes the view; the take call goes
+            take = bg.bindings[g.take].value
+            y_var, y_shape = take.args[1], take.args[1].ty.shape
+            drop.add(bg.vars[g.take])
+        else:
+            y_var, y_shape = g.view, g.view.ty.shape
+        values[y_var] = relax.op.reshape(y_flat, y_shape)
+        views.update((x_flat, y_var))
+        drop.add(bg.vars[g.place])
+    blocks = []
+    for block in func.body.blocks:
+        bindings = []
+        for b in block.bindings:
+            if b.var in drop:
+                continue
+            bindings.extend(before.get(b.var, ()))
+            bindings.append(relax.VarBinding(b.var, values[b.var]) if b.var in values else b)
+        blocks.append(type(block)(bindings))
+    return _without_unused(with_blocks(func, blocks))
+
+
+def _without_unused(func: relax.Function) -> relax.Function:
+    """``func`` without the bindings of unused variables whose value is an allocation or a
+    view (the workspaces :func:`_run_apart` no longer uses and their aliases)."""
+    blocks = list(func.body.blocks)
+    while True:
+        used = set(relax.analysis.free_vars(func.body.body))
+        for block in blocks:
+            for b in block.bindings:
+                used.update(relax.analysis.free_vars(b.value))
+        dead = {b.var for block in blocks for b in block.bindings
+                if b.var not in used and (is_view(b.value)
+                                          or is_op(b.value, "relax.builtin.alloc_tensor"))}
+        if not dead:
+            return with_blocks(func, blocks)
+        blocks = [type(block)([b for b in block.bindings if b.var not in dead])
+                  for block in blocks]
+        func = with_blocks(func, blocks)
 
 
 def _shift_call(bb: relax.BlockBuilder, place: relax.Call) -> relax.Call:

@@ -12,6 +12,9 @@ Stages, in order (``tvm.relax.backend.cpu_generic.pipeline`` supplies TVM's list
     ArenaPlan                      (instead of StaticPlanBlockMemory)
     the rest of finalize           (LowerAllocTensor, KillAfterLastUse, VMShapeLower, ...)
 
+With ``rip="auto"`` (the default) the stages from AFTER_SCHEDULE on run twice, with and without
+RiP lowering, and :class:`SmallerArena` keeps the module with the smaller arena.
+
 Extension points: other parts of tvm-serenity append *factories* to :data:`BEFORE_LEGALIZE` and
 :data:`AFTER_SCHEDULE` when they are imported (and ``tvm_serenity.passes`` imports them). A
 factory is called with the pipeline's options as keyword arguments (it takes what it needs and
@@ -25,6 +28,7 @@ config accepts no new keys, so options are constructor arguments).
 
 from __future__ import annotations
 
+import json
 from typing import Callable
 
 import tvm
@@ -33,11 +37,12 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu
 
 from . import arena, schedule
 from .arena import HOST_ALIGNMENT, ArenaPlan
+from .convert import PassError
 from .schedule import MemoryAwareSchedule, read_report
 from .share import ShareKernels
 
 __all__ = ["BEFORE_LEGALIZE", "AFTER_SCHEDULE", "serenity_pipeline", "PIPELINE_NAME",
-           "pipeline_report"]
+           "pipeline_report", "SmallerArena", "RIP_CHOICE_ATTR"]
 
 PIPELINE_NAME = "serenity"
 
@@ -48,40 +53,83 @@ BEFORE_LEGALIZE: list[PassFactory] = []
 AFTER_SCHEDULE: list[PassFactory] = []
 
 
+RIP_CHOICE_ATTR = "serenity.rip_choice"
+RIP_OPTIONS = (False, True, "auto")
+
+
 def serenity_pipeline(*, method: str = "serenity", time_limit: float | None = None,
                       inplace: bool = True, planner: str = "optimal",
                       alignment: int = HOST_ALIGNMENT, plan_time_limit: float | None = None,
                       target: tvm.target.Target | str | None = None,
-                      rip: bool = False, rewrite: bool = True) -> tvm.transform.Sequential:
+                      rip: bool | str = "auto", rewrite: bool = True
+                      ) -> tvm.transform.Sequential:
     """The serenity pipeline as one ``Sequential`` (see the module docstring).
 
     ``method``, ``time_limit``, ``inplace``: :class:`MemoryAwareSchedule`; ``planner``,
     ``alignment``, ``plan_time_limit``: :class:`ArenaPlan`; ``target``: handed to TVM's stage
-    lists (default: the current target, else ``llvm``); ``rip``: enable
-    :class:`~.rip.RiPLowering` (:class:`ArenaPlan` runs its kernels in the arena without
-    copies where its plan lays a group in place; off by default: a group laid out apart keeps
-    its copies, and on MCUNet-320kb that costs more than RiP saves, see both docstrings);
+    lists (default: the current target, else ``llvm``); ``rip``: :class:`~.rip.RiPLowering`
+    on (``True``: ArenaPlan runs its kernels in the arena where its plan lays a group in place,
+    on two buffers where not), off (``False``), or ``"auto"`` (default): everything after
+    the schedule runs both ways and :class:`SmallerArena` keeps the smaller arena (RiP's
+    workspaces and explicit int32 scratch can cost more than they save);
     ``rewrite``: :class:`~.rewrite.IdentityGraphRewrite` (``method`` and ``time_limit`` also
     judge its trials).
     """
+    if rip not in RIP_OPTIONS or isinstance(rip, int) and not isinstance(rip, bool):
+        raise PassError(f"serenity_pipeline: rip must be one of {RIP_OPTIONS}, got {rip!r}")
     options = {"method": method, "time_limit": time_limit, "inplace": inplace,
                "planner": planner, "alignment": alignment, "plan_time_limit": plan_time_limit,
-               "rip": rip, "rewrite": rewrite}
+               "rip": bool(rip), "rewrite": rewrite}
     if isinstance(target, str):
         target = tvm.target.Target(target)
     target = target or tvm.target.Target.current(allow_none=True) or tvm.target.Target("llvm")
-    finalize = [ArenaPlan(planner=planner, alignment=alignment, time_limit=plan_time_limit)
-                if p.info.name == "StaticPlanBlockMemory" else p
-                for p in cpu.finalize_passes(target)]
+
+    def after_schedule(with_rip: bool) -> list[tvm.transform.Pass]:
+        finalize = [ArenaPlan(planner=planner, alignment=alignment, time_limit=plan_time_limit)
+                    if p.info.name == "StaticPlanBlockMemory" else p
+                    for p in cpu.finalize_passes(target)]
+        return [*(factory(**{**options, "rip": with_rip}) for factory in AFTER_SCHEDULE),
+                *cpu.dataflow_lower_passes(target), *finalize]
+
+    if rip == "auto":
+        tail = [SmallerArena({
+            "plain": tvm.transform.Sequential(after_schedule(False), name="serenity.plain"),
+            "rip": tvm.transform.Sequential(after_schedule(True), name="serenity.with_rip")})]
+    else:
+        tail = after_schedule(rip)
     passes = [*cpu.library_dispatch_passes(target),
               *(factory(**options) for factory in BEFORE_LEGALIZE),
               ShareKernels(),
               *cpu.legalize_passes(target),
               MemoryAwareSchedule(method=method, time_limit=time_limit, inplace=inplace),
-              *(factory(**options) for factory in AFTER_SCHEDULE),
-              *cpu.dataflow_lower_passes(target),
-              *finalize]
+              *tail]
     return tvm.transform.Sequential(passes, name=PIPELINE_NAME)
+
+
+def _arena_bytes(mod: tvm.IRModule) -> int | None:
+    report = read_report(mod, arena.REPORT_ATTR)
+    return None if report is None else sum(f["arena_bytes"] for f in report["functions"])
+
+
+@tvm.transform.module_pass(opt_level=0, name="serenity.SmallerArena")
+class SmallerArena:
+    """Run each candidate pass (label -> pass, each ending in :class:`ArenaPlan`) on the module
+    and return the result whose ArenaPlan arena is smallest, the first candidate on a tie (or
+    when no candidate planned an arena). What it changes: nothing of its own; it adds the module
+    attribute ``"serenity.rip_choice"``: ``{"chosen": label, "arena_bytes": {label: bytes}}``
+    (the XLA way: several algorithms, one memory model judging, keep the best)."""
+
+    def __init__(self, candidates: dict[str, tvm.transform.Pass]):
+        if not candidates:
+            raise PassError("SmallerArena: no candidate passes")
+        self.candidates = dict(candidates)
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        results = {label: candidate(mod) for label, candidate in self.candidates.items()}
+        sizes = {label: _arena_bytes(m) for label, m in results.items()}
+        chosen = min(results, key=lambda label: (sizes[label] is None, sizes[label] or 0))
+        return results[chosen].with_attr(RIP_CHOICE_ATTR, json.dumps(
+            {"chosen": chosen, "arena_bytes": sizes}))
 
 
 def register() -> None:
@@ -92,9 +140,10 @@ def register() -> None:
 
 def pipeline_report(mod: tvm.IRModule) -> dict:
     """What the pipeline's passes decided for ``mod`` (the module the pipeline returned):
-    ``{"rewrite": ..., "schedule": ..., "arena": ...}``, each the pass's JSON report or None if
-    it did not run."""
+    ``{"rewrite": ..., "schedule": ..., "arena": ..., "rip": ...}``, each the pass's JSON
+    report or None if it did not run (``rip``: :class:`SmallerArena`'s choice)."""
     from .rewrite import REPORT_ATTR as REWRITE_ATTR     # rewrite registers into this module
     return {"rewrite": read_report(mod, REWRITE_ATTR),
             "schedule": read_report(mod, schedule.REPORT_ATTR),
-            "arena": read_report(mod, arena.REPORT_ATTR)}
+            "arena": read_report(mod, arena.REPORT_ATTR),
+            "rip": read_report(mod, RIP_CHOICE_ATTR)}

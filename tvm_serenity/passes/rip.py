@@ -37,11 +37,12 @@ arena slice with no copy and input and output share ``S`` bytes, as on the MCU C
 
 What it does **not** change or achieve:
 
-* It is **off by default** in the ``"serenity"`` pipeline (registered in ``AFTER_SCHEDULE``,
-  enabled with ``serenity_pipeline(rip=True)``, which hands it the pipeline's ``alignment``).
-  TVM's own ``StaticPlanBlockMemory`` figure grows with it (the copies); ``ArenaPlan``'s arena
-  drops where the peak is a convolution's input plus output (the test chain: 2,048 -> 1,536 B;
-  the test cell, whose peak is an ADD, stays at 2,112 B).
+* In the ``"serenity"`` pipeline it is registered in ``AFTER_SCHEDULE`` (with the
+  pipeline's ``alignment``) and runs with ``serenity_pipeline(rip=True)``, or in one of the two
+  builds ``rip="auto"`` (the default) compares, which keeps the smaller arena. TVM's own
+  ``StaticPlanBlockMemory`` figure grows with it (the copies); ``ArenaPlan``'s arena drops
+  where the peak is a convolution's input plus output (the test chain: 2,048 -> 1,536 B; the
+  test cell, whose peak is an ADD, stays at 2,112 B).
 * Only kernels whose spec it can read *before* legalization are lowered: the pipeline runs
   :class:`RiPAnnotate` in ``BEFORE_LEGALIZE`` (after ``FoldPad``, so folded padding is seen),
   which records each kernel's spec in the module attribute ``"serenity.rip_kernels"``
@@ -76,9 +77,10 @@ from .kernel_spec import conv_kernel_constants, conv_kernel_spec
 from .pipeline import AFTER_SCHEDULE, BEFORE_LEGALIZE
 
 __all__ = ["RiPLowering", "RiPAnnotate", "conv_kernel_spec", "conv_kernel_constants",
-           "SPECS_ATTR", "shift_func"]
+           "SPECS_ATTR", "RIP_SPEC_ATTR", "dual_func", "shift_func"]
 
 SPECS_ATTR = "serenity.rip_kernels"
+RIP_SPEC_ATTR = "serenity.rip_spec"     # on each RiP kernel: its spec, to build the dual kernel
 
 
 def _layer_spec(spec: dict, alignment: int) -> LayerSpec:
@@ -116,7 +118,7 @@ class RiPAnnotate:
     attribute ``"serenity.rip_kernels"`` (JSON, by kernel name), so that :class:`RiPLowering`
     can lower their calls after ``FuseTIR`` has turned the kernels into PrimFuncs. Changes
     nothing else. Run it last before legalization (after ``FoldPad``). ``enabled=False``: does
-    nothing (how the pipeline includes it unless ``serenity_pipeline(rip=True)``)."""
+    nothing (how the pipeline includes it with ``rip=False``)."""
 
     def __init__(self, enabled: bool = True):
         self.enabled = enabled
@@ -145,6 +147,16 @@ def _place_func(in_shape, size: int) -> tirx.PrimFunc:
 
     ws = te.compute((size,), element, name="ws")
     return te.create_prim_func([x, ws]).without_attr("global_symbol")
+
+
+def dual_func(kernel: tirx.PrimFunc) -> tirx.PrimFunc:
+    """The dual-layout kernel of a RiP kernel this pass made (its ``"serenity.rip_spec"``):
+    ``(input, output, <the same tables>, scratch)``, flat, the same loops on two buffers
+    (:func:`~tvm_serenity.codegen.kernels.make_prim_func`). What :class:`~.arena.ArenaPlan`
+    runs for a group its plan lays out apart."""
+    stated = json.loads(str(kernel.attrs[RIP_SPEC_ATTR]))
+    layer = _layer_spec(stated["spec"], stated["alignment"])
+    return make_prim_func(layer, "dual", "dual").without_attr("global_symbol")
 
 
 def shift_func(input_bytes: int, size: int) -> tirx.PrimFunc:
@@ -192,8 +204,7 @@ def _tables(spec: dict, layer: LayerSpec, args) -> list[np.ndarray] | None:
 class RiPLowering:
     """Lower every int8 convolution call that is its input's last consumer to a RiP in-place
     kernel call (see the module docstring for exactly what changes and what does not).
-    ``enabled=False``: does nothing (how the pipeline includes it unless
-    ``serenity_pipeline(rip=True)``)."""
+    ``enabled=False``: does nothing (how the pipeline includes it without RiP)."""
 
     def __init__(self, enabled: bool = True, alignment: int = HOST_ALIGNMENT):
         self.enabled = enabled
@@ -295,7 +306,10 @@ class RiPLowering:
         in_shape = [int(d) for d in args[0].ty.shape.values]
         out_shape = [int(d) for d in out_ty.shape.values]
         kernel = make_prim_func(layer, "rip", f"{kname}_rip").without_attr("global_symbol")
-        k_gv = bb.add_func(kernel.with_attr(RIP_ROLE_ATTR, "kernel"), f"{kname}_rip")
+        kernel = kernel.with_attr(RIP_ROLE_ATTR, "kernel").with_attr(
+            RIP_SPEC_ATTR, json.dumps({"spec": spec, "alignment": self.alignment},
+                                      sort_keys=True))
+        k_gv = bb.add_func(kernel, f"{kname}_rip")
         place_gv = bb.add_func(_place_func(in_shape, size).with_attr(RIP_ROLE_ATTR, "place"),
                                f"{kname}_rip_place")
         take_gv = bb.add_func(_take_func(size, out_shape).with_attr(RIP_ROLE_ATTR, "take"),
