@@ -35,7 +35,8 @@ returned tensor to the caller. Columns:
   legalize and fusion), stored order, lowered with TVM's dataflow passes: our module before
   reordering (what tests/test_relax_import.py calls ``tvm_stored``);
 * ``TVM serenity order B``: ``StaticPlanBlockMemory`` on the module ArenaPlan replaces it in
-  (serenity order; ``static_plan_bytes`` of the ArenaPlan report);
+  (serenity order; ``static_plan_bytes`` of the ArenaPlan report of the build without RiP,
+  whose copies would only add to TVM's plan);
 * ``ours: arena B``: the one arena ArenaPlan lays out for the same tensors; ``liveness B``: the
   liveness peak of those tensors in that order (no allocator does better); ``bound B``: the same
   with sizes padded to the alignment (ArenaPlan's ``lower_bound_bytes``, so liveness <= bound <=
@@ -50,10 +51,11 @@ returned tensor to the caller. Columns:
   :mod:`tvm_serenity.frontend.reference` (``ref``) and, when the package is installed, LiteRT's
   reference kernels (``ai-edge-litert``) and TFLite Micro (``tflite-micro``), each run by
   :func:`tvm_serenity.frontend.interpreters.run_interpreter`;
-* ``ours, rip=True: arena B``: ArenaPlan's arena when the same module goes through
-  ``serenity_pipeline(rip=True)`` (Right-in-Place convolutions on their slice of the arena, a
-  group laid out apart keeping its copies); ``rip=True outputs = ours``: input sets on which
-  that build's outputs equal the checked ones;
+* ``ours: arena B`` is the default pipeline's (``rip="auto"``: built with and without
+  Right-in-Place convolutions, the smaller arena kept; ``RiP`` says which); ``ours, rip=False:
+  arena B``: ArenaPlan's arena when the same module goes through
+  ``serenity_pipeline(rip=False)``, what RiP saves against; ``rip=False outputs = ours``: input
+  sets on which that build's outputs equal the checked ones;
 * ``compile s``: wall-clock of ``tvm.compile`` with the serenity pipeline; ``VM load s``: of
   creating the ``relax.VirtualMachine`` from its result, which is when LLVM generates the
   machine code (often longer than the compilation itself).
@@ -128,8 +130,9 @@ class Row:
     any_order_bound: int | None = None    # schedule memory model, all orders
     inputs: int = 0
     exact: dict[str, int | str] = field(default_factory=dict)   # checker -> equal sets or why
-    rip_arena: int | None = None          # ArenaPlan's arena with serenity_pipeline(rip=True)
-    rip_exact: int | str = "n/a"          # input sets on which that build's outputs equal ours
+    rip_chosen: str = "n/a"               # SmallerArena's choice: "rip" or "plain"
+    plain_arena: int | None = None        # ArenaPlan's arena with serenity_pipeline(rip=False)
+    plain_exact: int | str = "n/a"        # input sets on which that build's outputs equal ours
     compile_seconds: float | None = None
     load_seconds: float | None = None     # relax.VirtualMachine(ex): LLVM code generation
     notes: list[str] = field(default_factory=list)
@@ -148,7 +151,8 @@ class _Capture:
             self.fused = mod
 
     def run_after_pass(self, mod, info):
-        if info.name == "serenity.ArenaPlan":
+        # with rip="auto" ArenaPlan runs in both candidates; SmallerArena returns the one kept
+        if info.name in ("serenity.ArenaPlan", "serenity.SmallerArena"):
             self.planned = mod
 
 
@@ -233,6 +237,8 @@ def _read_reports(row: Row, capture: _Capture) -> None:
         row.tvm_serenity, row.arena = arena["static_plan_bytes"], arena["arena_bytes"]
         row.liveness, row.bound = arena["liveness_peak_bytes"], arena["lower_bound_bytes"]
         row.status = arena["status"]
+    if report.get("rip") is not None:
+        row.rip_chosen = report["rip"]["chosen"]
     schedule = ((report.get("schedule") or {}).get("functions") or {}).get("main")
     if schedule is None:
         row.notes.append("MemoryAwareSchedule left main alone")
@@ -289,25 +295,27 @@ def measure(rel: str, inputs: int = INPUTS, seed: int = SEED) -> Row:
         row.notes.append(f"VM run failed: {_why(e)}")
         return row
     _check(row, model, path, outputs, input_sets)
-    _measure_rip(row, mod, input_sets, outputs)
+    _measure_plain(row, mod, input_sets, outputs)
     return row
 
 
-def _measure_rip(row: Row, mod: tvm.IRModule, input_sets, outputs) -> None:
-    """The RiP column: the same module through ``serenity_pipeline(rip=True)``, its arena and
-    whether its outputs equal the checked ones."""
+def _measure_plain(row: Row, mod: tvm.IRModule, input_sets, outputs) -> None:
+    """The column without RiP: the same module through ``serenity_pipeline(rip=False)``, its
+    arena and whether its outputs equal the checked ones."""
     capture = _Capture()
     try:
         with tvm.transform.PassContext(instruments=[capture]):
-            ex = tvm.compile(mod, target=TARGET, relax_pipeline=sp.serenity_pipeline(rip=True))
+            ex = tvm.compile(mod, target=TARGET,
+                             relax_pipeline=sp.serenity_pipeline(rip=False))
         arena = next(f for f in sp.pipeline_report(capture.planned)["arena"]["functions"]
                      if f["function"] == "main")
-        row.rip_arena = arena["arena_bytes"]
+        row.plain_arena = arena["arena_bytes"]
+        row.tvm_serenity = arena["static_plan_bytes"]     # TVM's plan of the module sans RiP
         vm = relax.VirtualMachine(ex, tvm.cpu())
-        row.rip_exact = sum(all(np.array_equal(a, b) for a, b in zip(run_vm(vm, s), want))
+        row.plain_exact = sum(all(np.array_equal(a, b) for a, b in zip(run_vm(vm, s), want))
                             for s, want in zip(input_sets, outputs))
     except Exception as e:      # noqa: BLE001
-        row.notes.append(f"rip=True: {_why(e)}")
+        row.notes.append(f"rip=False: {_why(e)}")
 
 
 def _n(value):
@@ -334,7 +342,7 @@ def render_table(rows: list[Row]) -> str:
                "TVM serenity order B", "ours: arena B", "liveness B", "bound B", "gap",
                "schedule peak B", "any order bound B", "tvm.compile / ours", "TVM CPU / ours",
                "TVM stored / ours", f"bit-exact ({' / '.join(CHECKERS)})",
-               "ours, rip=True: arena B", "rip=True outputs = ours", "compile s",
+               "RiP", "ours, rip=False: arena B", "rip=False outputs = ours", "compile s",
                "VM load s", "notes"]
     body = []
     for r in rows:
@@ -344,9 +352,10 @@ def render_table(rows: list[Row]) -> str:
                      _n(r.tvm_stored), _n(r.tvm_serenity), _n(r.arena), _n(r.liveness),
                      _n(r.bound), gap, peaks, _n(r.any_order_bound),
                      _ratio(r.tvm_compile, r.arena), _ratio(r.tvm_cpu, r.arena),
-                     _ratio(r.tvm_stored, r.arena), _exact(r), _n(r.rip_arena),
-                     f"{r.rip_exact}/{r.inputs}" if isinstance(r.rip_exact, int) else
-                     r.rip_exact, _seconds(r.compile_seconds),
+                     _ratio(r.tvm_stored, r.arena), _exact(r), r.rip_chosen,
+                     _n(r.plain_arena),
+                     f"{r.plain_exact}/{r.inputs}" if isinstance(r.plain_exact, int) else
+                     r.plain_exact, _seconds(r.compile_seconds),
                      _seconds(r.load_seconds), "; ".join(r.notes)])
     return table(headers, body)
 
@@ -367,7 +376,7 @@ def summary(rows: list[Row]) -> str:
         return geomean([getattr(r, key) / r.arena for r in measured if getattr(r, key)])
 
     ok, checked = _all_exact(rows)
-    rip = [r for r in measured if r.rip_arena]
+    plain = [r for r in measured if r.plain_arena]
     inputs = "/".join(map(str, sorted({r.inputs for r in rows if r.exact}))) or "0"
     return (f"Over {len(measured)} models, ours needs a geomean **{ratio('tvm_cpu'):.2f}x** "
             f"less than TVM's CPU pipeline, **{ratio('tvm_stored'):.2f}x** less than "
@@ -376,13 +385,13 @@ def summary(rows: list[Row]) -> str:
             f"**{ratio('tvm_compile'):.2f}x** less than a plain `tvm.compile`; "
             f"{sum(r.arena == r.bound for r in measured)} of {len(measured)} arenas meet their "
             f"lower bound. {ok} of {checked} models bit-exact on every input set ({inputs} "
-            "per model) against every interpreter available. With "
-            "`serenity_pipeline(rip=True)` (Right-in-Place convolutions run on their slice of "
-            f"the arena) the arena is smaller on {sum(r.rip_arena < r.arena for r in rip)}, "
-            f"equal on {sum(r.rip_arena == r.arena for r in rip)} and larger on "
-            f"{sum(r.rip_arena > r.arena for r in rip)} of {len(rip)} models (a group the plan "
-            "lays out apart keeps its copies in and out of the workspace), outputs equal on "
-            f"{sum(r.rip_exact == r.inputs for r in rip)} of {len(rip)}.")
+            "per model) against every interpreter available. Against "
+            "`serenity_pipeline(rip=False)` (no Right-in-Place convolutions) our arena is "
+            f"smaller on {sum(r.arena < r.plain_arena for r in plain)}, equal on "
+            f"{sum(r.arena == r.plain_arena for r in plain)} and larger on "
+            f"{sum(r.arena > r.plain_arena for r in plain)} of {len(plain)} models (geomean "
+            f"**{geomean([r.plain_arena / r.arena for r in plain]):.2f}x**), outputs equal on "
+            f"{sum(r.plain_exact == r.inputs for r in plain)} of {len(plain)}.")
 
 
 def render(rows: list[Row]) -> str:
@@ -404,8 +413,10 @@ def render(rows: list[Row]) -> str:
         "in that order, unpadded / padded to the alignment (the arena's lower bound; `gap` = "
         "arena over it); `schedule peak` (stored -> serenity order) and `any order bound`: "
         "MemoryAwareSchedule's figures, whose memory model also counts the graph inputs and "
-        "outputs and in-place steps. `ours, rip=True`: the arena of the same module through "
-        "`serenity_pipeline(rip=True)`, and on how many input sets its outputs equal the "
+        "outputs and in-place steps. `RiP`: which build the default `rip=\"auto\"` kept (with "
+        "Right-in-Place convolutions on their slice of the arena, or without: the smaller "
+        "arena). `ours, rip=False`: the arena of the same module through "
+        "`serenity_pipeline(rip=False)`, and on how many input sets its outputs equal the "
         "checked ones. `bit-exact`: random input sets (uniform int8; uniform "
         "[-1, 1) for a float input such as vww's; seed 11) on which the VM's outputs equal, "
         "byte for byte, the numpy reference interpreter's, LiteRT's (reference kernels) and "
@@ -438,7 +449,8 @@ def run(rels: list[str], inputs: int, progress: bool = True) -> list[Row]:
                   f"liveness {row.liveness} bound {row.bound} any order "
                   f"{row.any_order_bound} | exact {_exact(row)} | compile "
                   f"{_seconds(row.compile_seconds)} s, VM load {_seconds(row.load_seconds)} s, "
-                  f"rip=True arena {row.rip_arena} exact {row.rip_exact}, "
+                  f"RiP {row.rip_chosen}, rip=False arena {row.plain_arena} exact "
+                  f"{row.plain_exact}, "
                   f"row {time.perf_counter() - t0:.1f} s {row.notes or ''}", flush=True)
     return rows
 
