@@ -24,6 +24,7 @@ import tvm
 from hypothesis import given, settings, strategies as st
 
 import tflite_cases
+from test_elementwise_ops import _softmax_rows
 
 from tvm_serenity import SerenityError
 from tvm_serenity.codegen import (AddRescale, CodegenError, LayerSpec, build_llvm,
@@ -31,7 +32,7 @@ from tvm_serenity.codegen import (AddRescale, CodegenError, LayerSpec, build_llv
                                   pack_conv2d_weight)
 from tvm_serenity.codegen.kernels import (REQUANTIZE_SYMBOL, default_kernel_name,
                                           requantize_prim_func)
-from tvm_serenity.codegen.ops import strided_slice_kernel
+from tvm_serenity.codegen.layout_ops import strided_slice_kernel
 from tvm_serenity.codegen.plain_c import requantize_c_function
 from tvm_serenity.deploy import compile_tflite, run
 from tvm_serenity.frontend import reference as ref
@@ -612,11 +613,15 @@ def test_strided_slice_bit_exact_on_host(tmp_path, case):
 
 
 def test_strided_slice_kernel_text_and_checks():
+    """A contiguous innermost run is one memcpy per row; a strided one a byte loop, from the
+    base offset of ``start`` (rank padded to 4)."""
     crop = strided_slice_kernel("crop", (1, 7, 7, 8), (0, 1, 1, 0), (1, 1, 1, 1), (1, 6, 6, 8))
-    assert "memcpy(output, src, 8);" in crop.source and "input + 64 +" in crop.source
+    assert "memcpy((&(output[dst])), (&(input[src])), (uint64_t)8ULL)" in crop.source
+    assert "int32_t src = ((64 + (b * 56)) + (c * 8));" in crop.source       # 7 * 8 + 8
     rank2 = strided_slice_kernel("r2", (8, 10), (6, 1), (-2, 3), (3, 3))
-    assert "input + 61 + " in rank2.source and "c * -20;" in rank2.source   # 6 * 10 + 1
-    assert "*output++ = src[d * 3];" in rank2.source
+    assert "int32_t src = (61 + (c * -20));" in rank2.source                 # 6 * 10 + 1
+    assert "((uint8_t*)out)[d] = ((uint8_t*)in)[(d * 3)];" in rank2.source
+    assert "memcpy" not in rank2.source
     with pytest.raises(CodegenError, match="axis 1 reads 4 elements from 1 by 2, not inside"):
         strided_slice_kernel("bad", (1, 6, 6, 2), (0, 1, 0, 0), (1, 2, 1, 1), (1, 4, 6, 2))
     with pytest.raises(CodegenError, match="empty slices are not supported"):
@@ -667,7 +672,8 @@ def test_mcu_path_supports_every_int8_operator_of_the_relax_importer():
 
 
 def test_mcu_ops_refuse_what_they_cannot_do(tmp_path):
-    from tvm_serenity.codegen.ops import mul_kernel, resize_nearest_kernel, softmax_kernel
+    from tvm_serenity.codegen.elementwise_ops import mul_kernel, softmax_kernel
+    from tvm_serenity.codegen.layout_ops import resize_nearest_kernel
     with pytest.raises(CodegenError, match="overflows TFLite's int32 sum"):
         softmax_kernel("s", 1, 4096, 0)
     with pytest.raises(CodegenError, match=r"\[1, 3\] and \[1, 4\] do not broadcast"):
@@ -701,39 +707,20 @@ SOFTMAX_SHAPES = [(3000, 7, 1.0, 0.1), (2000, 10, 1.0, 0.004), (2000, 17, 0.5, 1
                   (300, 1000, 1.0, 0.0883), (40, 4095, 1.0, 0.05)]
 
 
-def _softmax_rows(rng, rows: int, depth: int) -> np.ndarray:
-    """Rows of every kind: uniform, constant (the largest sums), one spike, narrow ranges."""
-    x = rng.integers(-128, 128, (rows, depth))
-    kind = np.arange(rows) % 5
-    x[kind == 1] = rng.integers(-128, 128, (int(np.sum(kind == 1)), 1))
-    spikes = np.flatnonzero(kind == 2)
-    x[spikes] = rng.integers(-128, -100, (spikes.size, depth))
-    x[spikes, rng.integers(0, depth, spikes.size)] = 127
-    narrow = np.flatnonzero(kind == 3)
-    x[narrow] = rng.integers(0, 4, (narrow.size, depth)) + rng.integers(-128, 124,
-                                                                        (narrow.size, 1))
-    return x.astype(np.int8)
-
-
 @needs_host_cc
 def test_softmax_kernel_matches_the_reference_on_every_kind_of_row(tmp_path):
     """The C SOFTMAX (tables from reference.softmax_tables) against reference.softmax_int8 on
-    thousands of rows per regime, and its 32-bit GetReciprocal against the reference's
-    gemmlowp one_over_one_plus_x_for_x_in_0_1 (int64) on edge and a million random sums."""
-    softmax_tables = ref.softmax_tables
-    from tvm_serenity.codegen.ops import c_helpers, softmax_kernel
+    thousands of rows per regime."""
+    from tvm_serenity.codegen.elementwise_ops import softmax_kernel
     rng = np.random.default_rng(11)
-    cases, parts = [], ["#include <stdint.h>", "#include <string.h>", c_helpers()]
+    cases, parts = [], ["#include <stdint.h>", "#include <string.h>"]
     for k, (rows, depth, beta, scale) in enumerate(SOFTMAX_SHAPES):
         params = ref.softmax_params(beta, scale)
-        exps, terms, valid_from = softmax_tables(params)
+        exps, terms, valid_from = ref.softmax_tables(params)
         parts.append(softmax_kernel(f"sm{k}", rows, depth, valid_from).source)
         parts.append(f"void run{k}(const int8_t *x, int8_t *y, const int32_t *e, "
                      f"const int32_t *t) {{ sm{k}(x, y, e, t); }}")
         cases.append((k, rows, depth, params, exps, terms))
-    parts.append("void reciprocal(const int32_t *sum, int32_t *scale, int32_t *headroom, "
-                 "int32_t n) {\n  for (int32_t i = 0; i < n; ++i) "
-                 "scale[i] = sm0_reciprocal(sum[i], headroom + i);\n}")
     library = _shared_library(tmp_path, "\n".join(parts), "softmax")
     for k, rows, depth, params, exps, terms in cases:
         x = _softmax_rows(rng, rows, depth)
@@ -744,17 +731,55 @@ def test_softmax_kernel_matches_the_reference_on_every_kind_of_row(tmp_path):
         assert np.array_equal(y, ref.softmax_int8(x, params)), (rows, depth)
         if depth >= 1000:               # flat rows: RoundingDivideByPOT by >= 2^32
             assert np.any(np.all(y == -127, axis=1))
-    library.reciprocal.argtypes = [_I32, _I32, _I32, ctypes.c_int32]
-    edges = [1 << 19, (1 << 19) + 1, (1 << 31) - 1, (1 << 30), (1 << 30) - 1, (1 << 30) + 1,
-             4095 << 19, 1000 << 19, 3 << 27, (1 << 27) - 1]
-    sums = np.concatenate([edges, rng.integers(1 << 19, 1 << 31, 1_000_000)]).astype(np.int32)
-    scale, headroom = np.empty_like(sums), np.empty_like(sums)
-    library.reciprocal(sums, scale, headroom, sums.size)
-    s = sums.astype(np.int64)
-    want_headroom = 32 - np.frexp(s.astype(np.float64))[1]
-    shifted = ((s << want_headroom) & 0xFFFFFFFF) - (1 << 31)
-    assert np.array_equal(headroom, want_headroom)
-    assert np.array_equal(scale, ref.one_over_one_plus_x_for_x_in_0_1(shifted))
+
+
+def _softmax_of_tables(x: np.ndarray, exps: np.ndarray, terms: np.ndarray) -> np.ndarray:
+    """reference.softmax_int8's fixed-point steps on given tables (index ``x - max + 255``):
+    sum of terms, headroom, gemmlowp's one_over_one_plus_x_for_x_in_0_1 (int64 numpy),
+    RoundingDivideByPOT(SRDHM(reciprocal, exp), 35 - headroom) - 128."""
+    index = x.astype(np.int64) - x.max(axis=-1, keepdims=True) + 255
+    sums = terms.astype(np.int64)[index].sum(axis=-1, keepdims=True)
+    headroom = 32 - np.frexp(sums.astype(np.float64))[1]
+    shifted = ((sums << headroom) & 0xFFFFFFFF) - (1 << 31)
+    scale = ref.one_over_one_plus_x_for_x_in_0_1(shifted)
+    out = ref.rounding_divide_by_pot(ref.saturating_rounding_doubling_high_mul(
+        scale, exps.astype(np.int64)[index]), 35 - headroom) - 128
+    return np.clip(out, -128, 127).astype(np.int8)
+
+
+@needs_host_cc
+def test_softmax_reciprocal_on_edge_and_random_sums(tmp_path):
+    """The kernel's inlined GetReciprocal (headroom by binary search, Newton-Raphson in 32
+    bits) on row sums the real tables rarely reach: one kernel of 256 rows ``[127, 127 - j]``
+    (sum ``terms[255] + terms[255 - j]``) called with crafted tables, the edge sums (2^19,
+    2^31 - 1, around 2^30, 2^27 and 2^28, TFLite's largest rows) and 100k log-uniform ones,
+    against the reference's int64 steps, every headroom 1..12 covered."""
+    from tvm_serenity.codegen.elementwise_ops import softmax_kernel
+    source = "\n".join(["#include <stdint.h>", "#include <string.h>",
+                        softmax_kernel("sm", 256, 2, 0).source,
+                        "void run(const int8_t *x, int8_t *y, const int32_t *e, "
+                        "const int32_t *t) { sm(x, y, e, t); }"])
+    function = _shared_library(tmp_path, source, "reciprocal").run
+    function.argtypes = [_I8, _I8, _I32, _I32]
+    x = np.stack([np.full(256, 127), 127 - np.arange(256)], axis=1).astype(np.int8)
+    rng = np.random.default_rng(12)
+    edges = [(1 << 19) + 1, (1 << 31) - 1, 1 << 30, (1 << 30) - 1, (1 << 30) + 1, 4095 << 19,
+             1000 << 19, 3 << 27, (1 << 27) - 1, 1 << 27, (1 << 28) - 1, 1 << 28, (1 << 20) - 1]
+    edge_terms = np.concatenate([rng.integers(1 << 18, 1 << 29, 256 - len(edges) - 1),
+                                 np.array(edges[::-1]) - (1 << 18), [1 << 18]])  # j=0: 2^19
+    tables = [edge_terms] + [np.exp2(rng.uniform(18, 30, 256)).astype(np.int64)
+                             for _ in range(400)]
+    headrooms, values = set(), set()
+    for terms in tables:
+        exps = np.exp2(rng.uniform(0, 31, 256)).astype(np.int64).clip(0, (1 << 31) - 1)
+        y = np.empty_like(x)
+        function(x, y, exps.astype(np.int32), terms.astype(np.int32))
+        assert np.array_equal(y, _softmax_of_tables(x, exps, terms)), terms[255]
+        sums = terms[255] + terms[255 - np.arange(256)]
+        headrooms |= set((32 - np.frexp(sums.astype(np.float64))[1]).tolist())
+        values |= set(y.ravel().tolist())
+    assert set(edges) | {1 << 19} <= set((edge_terms[255] + edge_terms[::-1]).tolist())
+    assert headrooms == set(range(1, 13)) and len(values) > 120
 
 
 #: (op, shape a, shape b, activation): broadcasting both ways, ranks 1 to 4.
@@ -769,11 +794,11 @@ BINARY_SHAPES = [("MUL", (1, 5, 6, 7), (1, 1, 1, 7), "NONE"),
 
 @needs_host_cc
 def test_broadcasting_mul_and_add_kernels_match_the_reference(tmp_path):
-    """ops.mul_kernel / add_kernel on random operands and quantizations against
+    """elementwise_ops.mul_kernel / add_kernel on random operands and quantizations against
     reference.mul_int8 / add_int8 (NumPy broadcasting, as TFLite's BroadcastMul/Add4DSlow)."""
-    from tvm_serenity.codegen.ops import add_kernel, c_helpers, mul_kernel
+    from tvm_serenity.codegen.elementwise_ops import add_kernel, mul_kernel
     rng = np.random.default_rng(3)
-    parts, cases = ["#include <stdint.h>", "#include <string.h>", c_helpers()], []
+    parts, cases = ["#include <stdint.h>", "#include <string.h>"], []
     for k, (op, shape_a, shape_b, activation) in enumerate(BINARY_SHAPES):
         sa, sb, so = rng.uniform(0.005, 0.2, 3)
         za, zb, zo = (int(v) for v in rng.integers(-128, 128, 3))
@@ -998,7 +1023,7 @@ def test_float_edge_kernels_equal_the_reference(tmp_path):
     quarters, values far outside the int8 range (clamped, no int32 overflow) and signed zeros;
     int8 -> float32 DEQUANTIZE on all 256 values: byte for byte the reference's
     (TFLM's AffineQuantize / Dequantize)."""
-    from tvm_serenity.codegen.ops import c_helpers, dequantize_kernel, float_quantize_kernel
+    from tvm_serenity.codegen.elementwise_ops import dequantize_kernel, float_quantize_kernel
     rng = np.random.default_rng(0)
     scale, zp = 0.03125, -7
     x = np.concatenate([(rng.integers(-160, 160, 3000) + rng.choice([0, 0.5, 0.25], 3000))
@@ -1007,10 +1032,10 @@ def test_float_edge_kernels_equal_the_reference(tmp_path):
     q = np.arange(-128, 128, dtype=np.int8)
     quant = float_quantize_kernel("quant", x.size, scale, zp)
     deq = dequantize_kernel("deq", q.size, 0.1, 3)
-    assert "x / 0x1.0000000000000p-5f" in quant.source       # a division, in float32
+    assert "(x_ptr[0] / 3.125000e-02f)" in quant.source      # a division, in float32
     src = tmp_path / "edges.c"
     src.write_text("#include <stdint.h>\n#include <stdio.h>\n#include <string.h>\n"
-                   + c_helpers() + quant.source + deq.source + f"""
+                   + quant.source + deq.source + f"""
 static float xs[{x.size}], ys[256]; static int8_t qs[{x.size}], q8[256];
 int main(void) {{
     if (fread(xs, 4, {x.size}, stdin) != {x.size} || fread(q8, 1, 256, stdin) != 256) return 1;

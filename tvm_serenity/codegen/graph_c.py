@@ -15,13 +15,15 @@ What ``model.c`` holds (the :mod:`tvm_serenity.micro` contract):
   arrays (flash on a microcontroller);
 * the kernels: convolutions, depthwise convolutions, pooling and same-shape ADD are the TIR
   kernels of :mod:`.kernels` lowered to plain C by :func:`.plain_c.emit_c_kernel` (one function
-  per distinct layer specification and layout); the other operators are the plain-C kernels
-  of :mod:`.ops`: HARD_SWISH and LOGISTIC as 256-entry tables computed with the reference
-  kernel (so is a MUL or ADD by a constant scalar), MUL and broadcasting or constant ADD
-  with NumPy broadcasting up to rank 4, SOFTMAX with exponential tables and gemmlowp's
-  reciprocal in 32-bit C, RESIZE_NEAREST_NEIGHBOR with source-offset tables; the float32
-  SOFTMAX and LOG_SOFTMAX and the ARG_MAX that models put after their int8 core (its int32
-  indices are an activation like any other, ``MODEL_OUTPUT<i>_TYPE`` ``int32_t``);
+  per distinct layer specification and layout); the other int8 operators are the TIR kernels
+  of :mod:`.layout_ops` (MEAN, FULLY_CONNECTED and the data movement, RESIZE_NEAREST_NEIGHBOR
+  with source-offset tables) and :mod:`.elementwise_ops` (HARD_SWISH and LOGISTIC as 256-entry
+  tables computed with the reference kernel, so is a MUL or ADD by a constant scalar; MUL and
+  broadcasting or constant ADD with NumPy broadcasting up to rank 4; SOFTMAX with exponential
+  tables and gemmlowp's reciprocal in 32-bit C), printed as plain C; the float32 SOFTMAX and
+  LOG_SOFTMAX and the ARG_MAX that models put after their int8 core are the C kernels of
+  :mod:`.ops` (ARG_MAX's int32 indices are an activation like any other,
+  ``MODEL_OUTPUT<i>_TYPE`` ``int32_t``);
 * zero-copy I/O in TFLite Micro's spirit, any number of inputs and outputs:
   ``void *model_input(int i)`` / ``void *model_output(int i)`` return ``arena + offset`` of
   graph input / output ``i`` (an output's offset is where it is after the last step), with
@@ -85,15 +87,15 @@ condition under which the rewrite is an identity.
 
 Float edges. TFLite models with a float32 input or output (e.g. TinyEngine's vww) quantize
 and dequantize at the edges. By default (``integer_core(model, float_edges=True)``) those
-QUANTIZE/DEQUANTIZE run as C kernels (:func:`.ops.float_quantize_kernel`,
-:func:`.ops.dequantize_kernel`, bit-exact with TFLM's ``AffineQuantize``/``Dequantize``) and
-the float32 tensors live in the arena like any other. ``integer_core(model)`` (``--int8-core``)
-strips a leading float->int8 QUANTIZE and a trailing int8->float DEQUANTIZE: ``model_run``
-then takes the already-quantized int8 input and returns the int8 output before DEQUANTIZE,
-and ``model.h`` documents both tensors' scale and zero point. After the core, the float32
-SOFTMAX and LOG_SOFTMAX run as :mod:`.ops` kernels with the generated ``serenity_expf`` /
-``serenity_logf`` (glibc's algorithm, bit for bit, on every target: :func:`.ops.float_math_c`);
-other float operators are refused.
+QUANTIZE/DEQUANTIZE run as C kernels (:func:`.elementwise_ops.float_quantize_kernel`,
+:func:`.elementwise_ops.dequantize_kernel`, bit-exact with TFLM's ``AffineQuantize`` /
+``Dequantize``) and the float32 tensors live in the arena like any other.
+``integer_core(model)`` (``--int8-core``) strips a leading float->int8 QUANTIZE and a trailing
+int8->float DEQUANTIZE: ``model_run`` then takes the already-quantized int8 input and returns
+the int8 output before DEQUANTIZE, and ``model.h`` documents both tensors' scale and zero
+point. After the core, the float32 SOFTMAX and LOG_SOFTMAX run as :mod:`.ops` kernels with
+the generated ``serenity_expf`` / ``serenity_logf`` (glibc's algorithm, bit for bit, on every
+target: :func:`.ops.float_math_c`); other float operators are refused.
 
 The C needs only ``<stdint.h>`` and ``<string.h>`` (``memcpy``/``memmove``/``memset``; no
 libm), builds
@@ -124,13 +126,13 @@ from ..frontend.reference import (activation_range, add_params, conv_params,
 from ..frontend.tflite_model import Operator, Tensor, TFLiteModel, UnsupportedOperatorError
 from ..frontend.to_graph import foldable_pads
 from ..text import counted
+from .elementwise_ops import (add_kernel, clamp_kernel, dequantize_kernel, float_quantize_kernel,
+                              lookup_kernel, mul_kernel, requantize_kernel, softmax_kernel)
 from .kernels import default_kernel_name, make_prim_func
-from .ops import (FLOAT_MATH, OpKernel, add_kernel, arg_max_kernel, c_array, c_helpers,
-                  clamp_kernel, concatenation_kernel, float_math_c, fully_connected_kernel,
-                  log_softmax_float_kernel, lookup_kernel, mean_kernel, mul_kernel,
-                  pad_kernel, requantize_kernel, resize_nearest_kernel, softmax_float_kernel,
-                  softmax_kernel, strided_slice_kernel, transpose_kernel, c_float,
-                  dequantize_kernel, float_quantize_kernel)
+from .layout_ops import (concatenation_kernel, fully_connected_kernel, mean_kernel, pad_kernel,
+                         resize_nearest_kernel, strided_slice_kernel, transpose_kernel)
+from .ops import (FLOAT_MATH, OpKernel, arg_max_kernel, c_array, c_float, float_math_c,
+                  log_softmax_float_kernel, softmax_float_kernel)
 from .partial import accumulator_requantize_prim_func, depthwise_slice_prim_func
 from .plain_c import emit_c_function, emit_c_kernel
 from .spec import AddRescale, CodegenError, ExpandConv, LayerSpec, pack_conv2d_weight
@@ -909,7 +911,7 @@ class _Emitter:
 
     def quantize(self, node, op, in_place):
         """int8 -> int8 QUANTIZE (a requantization) and the float32 -> int8 edge (TFLM's
-        ``AffineQuantize``, :func:`.ops.float_quantize_kernel`)."""
+        ``AffineQuantize``, :func:`.elementwise_ops.float_quantize_kernel`)."""
         out = self.core.tensors[op.outputs[0]]
         if self.core.tensors[op.inputs[0]].dtype == "float32":
             kernel = self.op_kernel(float_quantize_kernel(_c_name(node.name), out.size,
@@ -925,7 +927,8 @@ class _Emitter:
             _call(kernel, [x_ptr, self.output(node)])
 
     def dequantize(self, node, op, in_place):
-        """int8 -> float32 DEQUANTIZE (TFLM's ``Dequantize``, :func:`.ops.dequantize_kernel`)."""
+        """int8 -> float32 DEQUANTIZE (TFLM's ``Dequantize``,
+        :func:`.elementwise_ops.dequantize_kernel`)."""
         x, x_ptr = self.activation(op, 0)
         kernel = self.op_kernel(dequantize_kernel(_c_name(node.name), x.size,
                                                   *self.scale_zp(x)))
@@ -958,7 +961,7 @@ class _Emitter:
 
     def binary(self, node, op, in_place):
         """MUL, and ADD with broadcasting or a constant operand (``reference.mul_int8`` /
-        ``add_int8``): the broadcasting C kernel of :mod:`.ops`, or, when one operand is a
+        ``add_int8``): the broadcasting kernel of :mod:`.elementwise_ops`, or, when one operand is a
         constant of one repeated value and the other has the output's size, a 256-entry
         table of the reference kernel with that constant (an elementwise int8 function).
         In place, the aliased operand is the first activation, which has the output's shape
@@ -1035,7 +1038,7 @@ class _Emitter:
         """TFLM's int8 SOFTMAX over the last axis (``reference.softmax_int8``): the
         exponentials of the 256 possible differences to the row maximum and their terms of
         the sum as tables (:func:`~tvm_serenity.frontend.reference.softmax_tables`), the per-row
-        reciprocal and rounding in 32-bit C (:func:`.ops.softmax_kernel`). A float32
+        reciprocal and rounding in 32-bit C (:func:`.elementwise_ops.softmax_kernel`). A float32
         SOFTMAX is :meth:`softmax_float`'s."""
         if self.core.tensors[op.inputs[0]].dtype == "float32":
             return self.softmax_float(node, op, in_place)
@@ -1255,7 +1258,7 @@ def emit_model(core: IntegerCore, graph: Graph, plan: ArenaPlan, *, opt_level: s
         "static uint8_t arena[MODEL_ARENA_BYTES] __attribute__((aligned(8)));", "#else",
         "static uint8_t arena[MODEL_ARENA_BYTES];", "#endif",
         "#define ARENA(offset) ((int8_t *)(arena + (offset)))", *scratch_decls, "",
-        c_helpers(), *([_ACC_TYPEDEF] if emitter.accumulators else []),
+        *([_ACC_TYPEDEF] if emitter.accumulators else []),
         *([float_math_c(sorted(emitter.float_math))] if emitter.float_math else []),
         *emitter.consts,
         *emitter.definitions, *_io_functions("input", inputs),

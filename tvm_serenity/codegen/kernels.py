@@ -77,8 +77,9 @@ the two layers apart, and the expanded tensor never exists.
 
 Requantization is TFLite's ``MultiplyByQuantizedMultiplier`` with double rounding
 (:func:`requantize`), 32-bit only: its 64-bit product is assembled from 16-bit halves.  The
-same expression is emitted inline in every kernel and, through :func:`requantize_prim_func`,
-as the C helper ``serenity_mbqm`` that the graph emitter's hand-written operators call.
+same expression is emitted inline in every kernel (these and those of :mod:`.layout_ops` and
+:mod:`.elementwise_ops`); :func:`requantize_prim_func` wraps it alone, as the C function
+``serenity_mbqm`` the tests check exhaustively on edge values and millions of random ones.
 """
 
 from __future__ import annotations

@@ -33,9 +33,9 @@ requantization needs no 64-bit arithmetic).  Right shifts of negative ``int32_t`
 arithmetic and conversions to a narrower or signed integer type modular (true of GCC and
 Clang on every target).
 
-:func:`requantize_c_function` lowers :func:`.kernels.requantize` the same way into the
-``static inline`` C helper the graph emitter's hand-written operators call, so every
-requantization in a generated model comes from that one TIR expression.
+:func:`requantize_c_function` lowers :func:`.kernels.requantize` the same way into a
+``static inline`` C function, the expression every generated kernel inlines, on its own: what
+the tests run on edge values and millions of random ones.
 """
 
 from __future__ import annotations

@@ -47,7 +47,8 @@ overwritten early. RiPLowering's PrimFuncs no call uses any more are removed.
 The pass records, per function, its arena next to TVM's ``StaticPlanBlockMemory`` total for the
 same module (:func:`static_plan_bytes`), the liveness peak and lower bound of the same order and
 the RiP kernels run in the arena (``in_place``; ``moved``: those after a right shift;
-``dual``: the dual kernels run for groups laid out apart): on the pass instance as ``.report`` (:class:`ArenaReport`) and as JSON in the module attribute
+``dual``: the dual kernels run for groups laid out apart): on the pass instance as
+``.report`` (:class:`ArenaReport`) and as JSON in the module attribute
 ``"serenity.arena"``.
 """
 

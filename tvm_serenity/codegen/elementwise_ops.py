@@ -1,0 +1,522 @@
+"""The elementwise int8 operators and the float edges as TIR PrimFuncs: one kernel, printed as
+the MCU's C and built by TVM for llvm.
+
+For each of int8 QUANTIZE / RELU (``requantize``), RELU6 (``clamp``), the 256-entry table
+lookups (``lookup``: HARD_SWISH, LOGISTIC, a binary operator with a constant scalar), MUL and
+broadcasting ADD, int8 SOFTMAX and the float edges (float32 -> int8 QUANTIZE, int8 -> float32
+DEQUANTIZE), ``<op>_prim_func`` builds the kernel with TVM's IRBuilder, with the integer
+arithmetic of :mod:`tvm_serenity.frontend.reference` (every requantization is
+:func:`.kernels.requantize`, TFLite's ``MultiplyByQuantizedMultiplier`` in 32 bits) and
+constants baked in (loop bounds, strides, zero points, multipliers); no loop divides (the
+float QUANTIZE's float32 division by the scale is the operator's own arithmetic).
+``<op>_kernel`` refuses what the kernel cannot do (a :class:`~.spec.CodegenError` naming it)
+and returns the :class:`.ops.OpKernel` the graph emitter calls, whose ``source`` is the
+PrimFunc lowered by :func:`.plain_c.emit_c_function` as ``static void name(...)`` with the
+parameters below. The C needs ``<stdint.h>`` and, for the float edges, ``<string.h>``
+(``memcpy``); it calls no helper.
+
+Buffer parameters, in this order (``elements``-long int8 unless stated):
+
+* ``requantize``, ``clamp``: ``input``, ``output``.
+* ``lookup``: ``input``, ``output``, ``table`` (int8[256], ``table[x + 128]``).
+* ``mul``, ``add``: ``input1``, ``input2``, ``output`` (each of its own shape).
+* ``softmax``: ``input``, ``output``, ``exps``, ``terms`` (int32[256] each,
+  :func:`~tvm_serenity.frontend.reference.softmax_tables`).
+* ``float_quantize``: ``input`` (``4 * elements`` bytes of float32), ``output``;
+  ``dequantize``: ``input``, ``output`` (``4 * elements`` bytes).
+
+The tables stay parameters (the graph emitter's ``static const`` arrays, flash on an MCU):
+that is the graph emitter's ABI, and TVM 0.27's TIR has no constant allocation
+(``AllocateConst`` is gone) to declare them inside the kernel.
+
+How each kernel computes:
+
+* ``requantize``: ``clamp(requantize(x - zp_in, m, s) + zp_out, act_min, act_max)``;
+  ``clamp``: ``clamp(x, low, high)``; ``lookup``: ``table[x + 128]``.
+* ``mul`` / ``add``: TFLite's ``BroadcastMul4DSlow`` / ``BroadcastAdd4DSlow`` element
+  arithmetic over the output in row-major order. Both operands are padded to rank 4 and read
+  with stride 0 along their broadcast axes; axes of extent 1 are dropped and neighbouring
+  axes merged wherever both operands (and the output) are contiguous across them, so
+  ``(1, 5, 6, 7) * (7,)`` is two loops (30 x 7), a same-shape MUL one. ADD's two rescaled
+  inputs pass through a two-word local array, as in the same-shape TIR ADD of
+  :mod:`.kernels` (TVM's simplifier would otherwise expand the let chain of one
+  requantization feeding another).
+* ``softmax``: per row the maximum, the sum of ``terms[x - max + 255]``, gemmlowp's
+  ``GetReciprocal`` (leading zeros counted by a branch-free binary search of four
+  steps: the sum is at least the maximum's own term, ``2^19``, so there are at most 12;
+  three Newton-Raphson steps in Q2.29, each SRDHM a ``requantize(., ., 0)``; ``x`` stays
+  in ``[1, 2]`` (Q2.29) and every step is small, so these int32 sums and differences do not
+  overflow (wrapping arithmetic gives the same values), then per value
+  ``requantize(exps[k], reciprocal, -(35 - headroom)) - 128`` clamped, -127 when that
+  exponent exceeds 31 (a row sum of 2^27 or more) and -128 below ``diff_min``.
+  The reciprocal is inlined in the row loop.
+* ``float_quantize``: TFLM's ``AffineQuantize``: ``v = x / scale`` in float32, clamped to
+  ``[low - 1, high + 1]`` of the rounded quotient (NaN to ``low - 1``: the result is the
+  same and no float outside the int32 range is converted, undefined in C), truncated,
+  rounded half away from zero by hand (no libm), plus the zero point, clamped to int8.
+  ``dequantize``: TFLM's ``Dequantize``, ``(float)((double)scale * (q - zp))``, computed as
+  the float32 product ``scale * (float)(q - zp)``: both operands are exact in float32 and
+  their exact product has at most 24 + 9 significant bits, so double then float rounds
+  once, like the float32 product (no soft double on a Cortex-M0+).
+
+No arithmetic relies on unsigned wrap-around: TVM's llvm back end emits uint32 additions,
+subtractions and products with ``nuw`` (and int32 ones with ``nsw``), so a wrapping one is
+poison there (measured: SOFTMAX's Newton step written as the wrapping
+``(uint32)x + (uint32)step`` gave wrong reciprocals on llvm and right ones in C). Shifts carry no
+such flag.
+
+Two CodeGenC facts shape the float edges. (1) It prints a float32 constant with seven
+significant digits (``%e``), which is not exact; a constant that does not survive that is
+built as ``(float)M / (float)2^k`` (``M`` the 24-bit mantissa, one division by ``2^30`` at a
+time), an exact constant expression that GCC folds and TVM's simplifier folds exactly.
+(2) It prints ``reinterpret`` as ``*(float *)&bits``, which ``-Wall -Werror`` rejects
+(strict aliasing). The graph emitter's arena plan has alignment 1 (``graph_c.emit``: "the C
+emitter needs an alignment-1 plan"; ``model.h``: "the pointers are only byte-aligned"), so a
+float tensor may sit at any byte offset and a word access could fault on the Cortex-M0+: the
+float is moved between the int8 buffer and a one-element local array by ``memcpy``
+(``T.call_extern``; TVM's llvm build links the C library's).
+
+In-place safety (what the graph emitter relies on when the arena plan overlaps input and
+output, docs/rip.md):
+
+* requantize, clamp, lookup, and MUL / ADD for an operand of the output's shape, read element
+  ``i`` before writing element ``i`` and write in order: exact alias (same offset) is safe.
+* SOFTMAX reads a row whole (its maximum, its sum) before writing it, then writes each output
+  right after reading its input: exact alias is safe.
+* The float edges run front to back and read element ``i`` before writing it: QUANTIZE's int8
+  output may start where its float32 input starts (output byte ``i`` lies in float ``i / 4``,
+  already read) and DEQUANTIZE's int8 input may end where its float32 output ends (its unread
+  bytes ``3N + j``, ``j > i``, lie past output byte ``4i + 3``): the RiP layout of a
+  workspace of the float tensor's size.
+
+The emitted C has no ``restrict``, so the C compiler keeps every read before the writes that
+follow it in the loops.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import tvm
+from tvm import tirx
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.ir_builder import tirx as T
+
+from .kernels import _cast, _if_else, _let, _local, _loop, _store, _store_clamped, _u32, requantize
+from .ops import (_RECIPROCAL_32_17, _RECIPROCAL_48_17, SOFTMAX_ACCUMULATION_BITS, OpKernel,
+                  _broadcast_strides, _check_int8, _check_requant, _pad4, _plus, _strides)
+from .plain_c import emit_c_function
+from .spec import INT8_MAX, INT8_MIN, CodegenError
+
+__all__ = ["requantize_prim_func", "requantize_kernel", "clamp_prim_func", "clamp_kernel",
+           "lookup_prim_func", "lookup_kernel", "mul_prim_func", "mul_kernel", "add_prim_func",
+           "add_kernel", "softmax_prim_func", "softmax_kernel", "float_quantize_prim_func",
+           "float_quantize_kernel", "dequantize_prim_func", "dequantize_kernel", "build_llvm"]
+
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+# ------------------------------------------------------------------ building blocks
+def _prim_func(symbol: str, params, emit) -> tirx.PrimFunc:
+    """A PrimFunc ``symbol`` with flat buffer parameters ``params`` (``(name, elements,
+    dtype)``, in ABI order) whose body is ``emit(buffers)`` (``buffers`` by name)."""
+    with IRBuilder() as builder:
+        with T.prim_func():
+            T.func_name(symbol)
+            buffers = {name: T.arg(name, T.Buffer((elements,), dtype))
+                       for name, elements, dtype in params}
+            emit(buffers)
+    return builder.get().with_attr("global_symbol", symbol)
+
+
+def _source(func: tirx.PrimFunc, name: str, comment: str, const) -> str:
+    """``/* comment */`` and ``func`` lowered to plain C as ``static void name(...)``."""
+    return f"/* {comment} (TIR) */\n" + emit_c_function(func, name, const=const)
+
+
+def _i32(value):
+    return _cast("int32", value)
+
+
+def _select(condition, then_value, else_value):
+    return tirx.Select(condition, then_value, else_value)
+
+
+def _const32(value: int):
+    """An int32 constant; INT32_MIN as ``-INT32_MAX - 1`` (CodeGenC would print
+    ``-2147483648``, a wider type in C)."""
+    if value == INT32_MIN:
+        return tirx.Sub(tirx.const(-INT32_MAX, "int32"), tirx.const(1, "int32"))
+    return tirx.const(value, "int32")
+
+
+def _check_elements(name: str, what: str, elements: int) -> None:
+    if elements < 1:
+        raise CodegenError(f"{name}: empty {what}")
+
+
+# ------------------------------------------------------------------ requantize, clamp, lookup
+def requantize_prim_func(elements: int, input_zero_point: int, multiplier: int, shift: int,
+                         output_zero_point: int, act_min: int = INT8_MIN,
+                         act_max: int = INT8_MAX, symbol: str = "requantize") -> tirx.PrimFunc:
+    """``output[i] = clamp(requantize(input[i] - zp_in, m, s) + zp_out, act_min, act_max)``."""
+    def emit(b):
+        with _loop("i", elements) as i:
+            value = requantize(_i32(b["input"][i]) - input_zero_point, multiplier, shift)
+            _store_clamped(b["output"], i, value + output_zero_point, act_min, act_max)
+    return _prim_func(symbol, [("input", elements, "int8"), ("output", elements, "int8")],
+                      emit)
+
+
+def requantize_kernel(name: str, elements: int, input_zero_point: int, multiplier: int,
+                      shift: int, output_zero_point: int, act_min: int = INT8_MIN,
+                      act_max: int = INT8_MAX, what: str = "QUANTIZE int8 -> int8") -> OpKernel:
+    """int8 -> int8 QUANTIZE (``reference_ops::Requantize``, the full int8 range) and TFLM's
+    ``ReluQuantized`` (``act_min = max(-128, zp_out)``): :func:`requantize_prim_func` as C."""
+    _check_int8(name, input_zero_point, output_zero_point, act_min, act_max)
+    _check_requant(name, multiplier, shift)
+    func = requantize_prim_func(elements, input_zero_point, multiplier, shift,
+                                output_zero_point, act_min, act_max, name)
+    return OpKernel(name, _source(func, name, f"{what}: {elements} elements, requantized, "
+                                  f"clamped to [{act_min}, {act_max}]", ["input"]))
+
+
+def clamp_prim_func(elements: int, low: int, high: int, symbol: str = "clamp"
+                    ) -> tirx.PrimFunc:
+    """``output[i] = min(max(input[i], low), high)``."""
+    def emit(b):
+        with _loop("i", elements) as i:
+            _store_clamped(b["output"], i, _i32(b["input"][i]), low, high)
+    return _prim_func(symbol, [("input", elements, "int8"), ("output", elements, "int8")],
+                      emit)
+
+
+def clamp_kernel(name: str, elements: int, low: int, high: int, what: str = "RELU6") -> OpKernel:
+    """TFLM's int8 ``Relu6Quantized`` (no rescaling: ``[zp, zp + round(6 / scale)]`` of the
+    input): :func:`clamp_prim_func` as C."""
+    _check_int8(name, low, high)
+    func = clamp_prim_func(elements, low, high, name)
+    return OpKernel(name, _source(func, name, f"{what} int8: {elements} elements clamped to "
+                                  f"[{low}, {high}]", ["input"]))
+
+
+def lookup_prim_func(elements: int, symbol: str = "lookup") -> tirx.PrimFunc:
+    """``output[i] = table[input[i] + 128]``."""
+    def emit(b):
+        with _loop("i", elements) as i:
+            _store(b["output"], i, b["table"][_i32(b["input"][i]) + 128])
+    return _prim_func(symbol, [("input", elements, "int8"), ("output", elements, "int8"),
+                               ("table", 256, "int8")], emit)
+
+
+def lookup_kernel(name: str, elements: int, what: str) -> OpKernel:
+    """An elementwise int8 function given for all 256 inputs (HARD_SWISH, LOGISTIC, a binary
+    operator with a constant scalar operand; ``table`` computed from the reference kernel):
+    :func:`lookup_prim_func` as C."""
+    _check_elements(name, what, elements)
+    func = lookup_prim_func(elements, name)
+    return OpKernel(name, _source(func, name, f"{what}: {elements} elements through a "
+                                  "256-entry table of the reference kernel",
+                                  ["input", "table"]))
+
+
+# ------------------------------------------------------------------ MUL, ADD (broadcasting)
+def _broadcast_loops(name: str, shape_a, shape_b, out_shape) -> list[tuple[int, int, int, int]]:
+    """The loops of a broadcasting binary operator over ``out_shape``, outermost first, as
+    ``(extent, output stride, stride of a, stride of b)``: rank-4 padded, axes of extent 1
+    dropped, neighbours merged where all three are contiguous across them (module
+    docstring). Refuses shapes that do not broadcast to ``out_shape`` or exceed rank 4."""
+    out4 = _pad4(out_shape)
+    try:
+        shape = np.broadcast_shapes(tuple(shape_a), tuple(shape_b))
+    except ValueError:
+        shape = None
+    if shape is None or tuple(int(d) for d in shape) != tuple(int(d) for d in out_shape):
+        raise CodegenError(f"{name}: {list(shape_a)} and {list(shape_b)} do not broadcast to "
+                           f"{list(out_shape)}")
+    strides = zip(out4, _strides(out4), _broadcast_strides(name, shape_a, out4),
+                  _broadcast_strides(name, shape_b, out4))
+    loops: list[tuple[int, int, int, int]] = []
+    for extent, *inner in (axis for axis in strides if axis[0] > 1):
+        if loops and all(s == i * extent for s, i in zip(loops[-1][1:], inner)):
+            loops[-1] = (loops[-1][0] * extent, *inner)
+        else:
+            loops.append((extent, *inner))
+    return loops or [(1, 1, 0, 0)]
+
+
+def _binary_prim_func(symbol: str, loops, elements_a: int, elements_b: int, element):
+    """Loops ``loops`` writing ``output`` in order, each element ``element(x, y)`` of the int32
+    operand values ``x = input1[...]``, ``y = input2[...]`` (an int8 expression)."""
+    elements = int(np.prod([extent for extent, *_ in loops]))
+
+    def emit(b):
+        def nest(depth, out, a, c):
+            if depth == len(loops):
+                x = _let("x", _i32(b["input1"][a]))
+                y = _let("y", _i32(b["input2"][c]))
+                element(b["output"], out, x, y)
+                return
+            extent, so, sa, sb = loops[depth]
+            if extent == 1:
+                nest(depth + 1, out, a, c)
+                return
+            with _loop("abcd"[depth], extent) as v:
+                nest(depth + 1, out + v * so, a + v * sa, c + v * sb)
+        zero = tirx.const(0, "int32")
+        nest(0, zero, zero, zero)
+    return _prim_func(symbol, [("input1", elements_a, "int8"), ("input2", elements_b, "int8"),
+                               ("output", elements, "int8")], emit)
+
+
+def _size(shape) -> int:
+    return int(np.prod([int(d) for d in shape], dtype=np.int64))
+
+
+def mul_prim_func(shape_a, shape_b, out_shape, zero_a: int, zero_b: int, multiplier: int,
+                  shift: int, output_zero_point: int, act_min: int = INT8_MIN,
+                  act_max: int = INT8_MAX, symbol: str = "mul") -> tirx.PrimFunc:
+    """``clamp(requantize((x - z1) * (y - z2), m, s) + z_out, act_min, act_max)`` with
+    broadcasting (:func:`~tvm_serenity.frontend.reference.mul_int8`)."""
+    def element(output, index, x, y):
+        value = requantize((x - zero_a) * (y - zero_b), multiplier, shift)
+        _store_clamped(output, index, value + output_zero_point, act_min, act_max)
+    return _binary_prim_func(symbol, _broadcast_loops(symbol, shape_a, shape_b, out_shape),
+                             _size(shape_a), _size(shape_b), element)
+
+
+def mul_kernel(name: str, shape_a, shape_b, out_shape, zero_a: int, zero_b: int,
+               multiplier: int, shift: int, output_zero_point: int, act_min: int = INT8_MIN,
+               act_max: int = INT8_MAX) -> OpKernel:
+    """int8 MUL (``reference_integer_ops::MulElementwise`` / ``BroadcastMul4DSlow``,
+    ``frontend.reference.mul_int8``) with NumPy broadcasting of rank <= 4:
+    :func:`mul_prim_func` as C; either input may be a constant array."""
+    _check_int8(name, zero_a, zero_b, output_zero_point, act_min, act_max)
+    _check_requant(name, multiplier, shift)
+    func = mul_prim_func(shape_a, shape_b, out_shape, zero_a, zero_b, multiplier, shift,
+                         output_zero_point, act_min, act_max, name)
+    return OpKernel(name, _source(func, name, f"MUL int8: {list(shape_a)} and {list(shape_b)} "
+                                  f"-> {list(out_shape)} (broadcast)", ["input1", "input2"]))
+
+
+def add_prim_func(shape_a, shape_b, out_shape, zero_a: int, zero_b: int, multiplier_a: int,
+                  shift_a: int, multiplier_b: int, shift_b: int, multiplier: int, shift: int,
+                  output_zero_point: int, act_min: int = INT8_MIN, act_max: int = INT8_MAX,
+                  left_shift: int = 20, symbol: str = "add") -> tirx.PrimFunc:
+    """TFLite's int8 ADD with broadcasting (:func:`~tvm_serenity.frontend.reference.add_int8`):
+    each input ``(v - z) * 2^left_shift`` rescaled, summed, requantized, clamped."""
+    scale = 1 << left_shift
+
+    def element(output, index, x, y):
+        r = _local("rescaled", 2)
+        _store(r, 0, requantize((x - zero_a) * scale, multiplier_a, shift_a))
+        _store(r, 1, requantize((y - zero_b) * scale, multiplier_b, shift_b))
+        value = requantize(r[0] + r[1], multiplier, shift)
+        _store_clamped(output, index, value + output_zero_point, act_min, act_max)
+    return _binary_prim_func(symbol, _broadcast_loops(symbol, shape_a, shape_b, out_shape),
+                             _size(shape_a), _size(shape_b), element)
+
+
+def add_kernel(name: str, shape_a, shape_b, out_shape, zero_a: int, zero_b: int,
+               multiplier_a: int, shift_a: int, multiplier_b: int, shift_b: int,
+               multiplier: int, shift: int, output_zero_point: int, act_min: int = INT8_MIN,
+               act_max: int = INT8_MAX, left_shift: int = 20) -> OpKernel:
+    """int8 ADD with broadcasting (``reference_integer_ops::BroadcastAdd4DSlow``,
+    ``frontend.reference.add_int8``): each input ``(v - z) * 2^left_shift`` rescaled by its
+    own multiplier, summed, requantized; :func:`add_prim_func` as C. The TIR kernel of
+    :mod:`.kernels` covers same-shape ADD of two activations; this one broadcasts and takes
+    constants."""
+    _check_int8(name, zero_a, zero_b, output_zero_point, act_min, act_max)
+    for m, s in ((multiplier_a, shift_a), (multiplier_b, shift_b), (multiplier, shift)):
+        _check_requant(name, m, s)
+    if not 0 <= left_shift <= 22:
+        raise CodegenError(f"{name}: left shift {left_shift} overflows int32")
+    func = add_prim_func(shape_a, shape_b, out_shape, zero_a, zero_b, multiplier_a, shift_a,
+                         multiplier_b, shift_b, multiplier, shift, output_zero_point, act_min,
+                         act_max, left_shift, name)
+    return OpKernel(name, _source(func, name, f"ADD int8: {list(shape_a)} and {list(shape_b)} "
+                                  f"-> {list(out_shape)} (broadcast)", ["input1", "input2"]))
+
+
+# ------------------------------------------------------------------ SOFTMAX
+def _saturate(value, limit: int, bits: int):
+    """``value * 2^bits`` saturated to int32 (gemmlowp's ``SaturatingRoundingMultiplyByPOT``
+    for a positive exponent): ``limit`` is the largest ``value`` that does not saturate. The
+    product is a uint32 shift (defined in C for a negative ``value``; llvm's ``shl`` of it
+    carries no overflow flag)."""
+    return _select(value > limit, _const32(INT32_MAX),
+                   _select(value < -limit, _const32(INT32_MIN),
+                           _i32(_u32(value) << tirx.const(bits, "uint32"))))
+
+
+def softmax_prim_func(rows: int, depth: int, valid_from: int, symbol: str = "softmax"
+                      ) -> tirx.PrimFunc:
+    """TFLM's int8 SOFTMAX over ``rows`` rows of ``depth`` (module docstring), exactly
+    :func:`~tvm_serenity.frontend.reference.softmax_int8` given its tables."""
+    def emit(b):
+        x, y, exps, terms = b["input"], b["output"], b["exps"], b["terms"]
+        with _loop("r", rows) as r:
+            row = _let("row", r * depth)
+            state = _local("state", 5)      # max, sum, headroom, reciprocal (Q2.29), step
+            _store(state, 0, INT8_MIN)
+            with _loop("i", depth) as i:
+                value = _let("value", _i32(x[row + i]))
+                _store(state, 0, _select(value > state[0], value, state[0]))
+            base = _let("base", 255 - state[0])          # table index of a value: diff + 255
+            _store(state, 1, 0)
+            with _loop("i", depth) as i:
+                _store(state, 1, state[1] + terms[_i32(x[row + i]) + base])
+            # GetReciprocal: headroom = leading zeros of the sum (in [0, 12]), binary search
+            _store(state, 2, 0)
+            for bits in (8, 4, 2, 1):
+                top = (_u32(state[1]) << _u32(state[2])) >> tirx.const(32 - bits, "uint32")
+                _store(state, 2, state[2] + _select(top == tirx.const(0, "uint32"), bits, 0))
+            # (sum << headroom) / 2 in [2^30, 2^31): half the denominator d in Q0.31
+            half_d = _let("half_d", _i32((_u32(state[1]) << _u32(state[2]))
+                                         >> tirx.const(1, "uint32")))
+            _store(state, 3, _RECIPROCAL_48_17 + requantize(-half_d, _RECIPROCAL_32_17, 0))
+            with _loop("k", 3):       # x += 4 * SRDHM(1 - d * x, x); nothing overflows
+                _store(state, 4, (1 << 29) - requantize(state[3], half_d, 0))
+                _store(state, 4, requantize(state[4], state[3], 0))
+                _store(state, 3, state[3] + _saturate(state[4], 0x1FFFFFFF, 2))
+            scale = _let("scale", _saturate(state[3], 0x3FFFFFFF, 1))
+            exponent = _let("exponent", SOFTMAX_ACCUMULATION_BITS + 31 - 8 - state[2])
+
+            with _loop("i", depth) as i:
+                k = _let("k", _i32(x[row + i]) + base)
+
+                def output():
+                    _if_else(exponent > 31, lambda: _store(y, row + i, tirx.const(-127, "int8")),
+                             lambda: _store_clamped(y, row + i, requantize(
+                                 exps[k], scale, -exponent) - 128, INT8_MIN, INT8_MAX))
+                if valid_from:
+                    _if_else(k < valid_from, lambda: _store(y, row + i,
+                                                            tirx.const(INT8_MIN, "int8")),
+                             output)
+                else:
+                    output()
+    return _prim_func(symbol, [("input", rows * depth, "int8"), ("output", rows * depth, "int8"),
+                               ("exps", 256, "int32"), ("terms", 256, "int32")], emit)
+
+
+def softmax_kernel(name: str, rows: int, depth: int, valid_from: int) -> OpKernel:
+    """TFLM's int8 SOFTMAX (output scale 1/256, zero point -128) over ``rows`` rows of
+    ``depth``, exactly ``frontend.reference.softmax_int8`` given its tables
+    (:func:`~tvm_serenity.frontend.reference.softmax_tables`; a term is 0 below ``diff_min``,
+    i.e. at indices below ``valid_from``): :func:`softmax_prim_func` as C."""
+    if rows < 1 or depth < 1:
+        raise CodegenError(f"{name}: empty SOFTMAX ({rows}x{depth})")
+    if depth >= 1 << SOFTMAX_ACCUMULATION_BITS:
+        raise CodegenError(f"{name}: SOFTMAX over {depth} values overflows TFLite's int32 "
+                           "sum of exponentials (at most 4095)")
+    if not 0 <= valid_from <= 255:
+        raise CodegenError(f"{name}: first valid difference index {valid_from} is not in "
+                           "[0, 255]")
+    func = softmax_prim_func(rows, depth, valid_from, name)
+    return OpKernel(name, _source(func, name, f"SOFTMAX int8: {rows} row(s) of {depth}, output "
+                                  "scale 1/256, zero point -128 (TFLM)",
+                                  ["input", "exps", "terms"]))
+
+
+# ------------------------------------------------------------------ float edges
+def float32_const(value: float):
+    """The float32 ``value`` as an exact TIR constant for CodeGenC (module docstring): a
+    ``FloatImm`` when its seven-digit print reads back exactly, else ``(float)M / 2^k``."""
+    v = float(np.float32(value))
+    if not math.isfinite(v):
+        raise CodegenError(f"float32_const: {value} is not a finite float32")
+    if float(np.float32(f"{v:e}")) == v:
+        return tirx.FloatImm("float32", v)
+    mantissa, exponent = math.frexp(v)
+    m, k = int(mantissa * (1 << 24)), 24 - exponent              # v = m / 2^k, |m| < 2^24
+    while m % 2 == 0 and k > 0:
+        m, k = m // 2, k - 1
+    expr = tirx.Cast("float32", tirx.const(m, "int32"))
+    while k != 0:
+        step = min(abs(k), 30)
+        power = tirx.Cast("float32", tirx.const(1 << step, "int32"))
+        expr = tirx.Div(expr, power) if k > 0 else tirx.Mul(expr, power)
+        k -= step if k > 0 else -step
+    return expr
+
+
+def _memcpy(destination, source):
+    """``memcpy(destination, source, 4)`` of two buffer elements' addresses."""
+    T.evaluate(T.call_extern("handle", "memcpy", T.address_of(destination),
+                             T.address_of(source), tirx.const(4, "uint64")))
+
+
+def _float_local(name: str):
+    buffer = T.alloc_buffer((1,), "float32")
+    IRBuilder.name(name, buffer)
+    return buffer
+
+
+def _f32(value: float):
+    return tirx.FloatImm("float32", float(value))
+
+
+def float_quantize_prim_func(elements: int, scale: float, zero_point: int,
+                             symbol: str = "float_quantize") -> tirx.PrimFunc:
+    """float32 -> int8 QUANTIZE, TFLM's ``AffineQuantize`` (module docstring)."""
+    low, high = INT8_MIN - zero_point, INT8_MAX - zero_point     # of the rounded quotient
+
+    def emit(b):
+        with _loop("i", elements) as i:
+            x = _float_local("x")
+            _memcpy(x[0], b["input"][4 * i])
+            v = _let("v", tirx.Div(x[0], float32_const(scale)), "float32")
+            v = _let("low_clamped", _select(v >= _f32(low - 1), v, _f32(low - 1)),
+                     "float32")                                       # NaN too
+            v = _let("clamped", _select(v > _f32(high + 1), _f32(high + 1), v), "float32")
+            r = _let("truncated", _i32(v))                 # toward zero; v - r is exact
+            fraction = _let("fraction", v - _cast("float32", r), "float32")
+            rounded = r + _select(fraction >= _f32(0.5), 1,
+                                  _select(fraction <= _f32(-0.5), -1, 0))   # halves away
+            _store_clamped(b["output"], i, rounded + zero_point, INT8_MIN, INT8_MAX)
+    return _prim_func(symbol, [("input", 4 * elements, "int8"), ("output", elements, "int8")],
+                      emit)
+
+
+def float_quantize_kernel(name: str, elements: int, scale: float, zero_point: int) -> OpKernel:
+    """float32 -> int8 QUANTIZE, TFLM's ``AffineQuantize`` (module docstring):
+    :func:`float_quantize_prim_func` as C; ``input`` points at ``4 * elements`` bytes."""
+    _check_int8(name, zero_point)
+    if not np.float32(scale) > 0:
+        raise CodegenError(f"{name}: QUANTIZE scale {scale} must be positive")
+    func = float_quantize_prim_func(elements, scale, zero_point, name)
+    return OpKernel(name, _source(func, name, f"QUANTIZE float32 -> int8: {elements} elements, "
+                                  f"round(x / {float(np.float32(scale))!r}f) "
+                                  f"{_plus(zero_point)}, clamped (TFLM AffineQuantize)",
+                                  ["input"]))
+
+
+def dequantize_prim_func(elements: int, scale: float, zero_point: int,
+                         symbol: str = "dequantize") -> tirx.PrimFunc:
+    """int8 -> float32 DEQUANTIZE, TFLM's ``Dequantize`` (module docstring)."""
+    def emit(b):
+        with _loop("i", elements) as i:
+            y = _float_local("y")
+            _store(y, 0, tirx.Mul(float32_const(scale),
+                                  _cast("float32", _i32(b["input"][i]) - zero_point)))
+            _memcpy(b["output"][4 * i], y[0])
+    return _prim_func(symbol, [("input", elements, "int8"), ("output", 4 * elements, "int8")],
+                      emit)
+
+
+def dequantize_kernel(name: str, elements: int, scale: float, zero_point: int) -> OpKernel:
+    """int8 -> float32 DEQUANTIZE, TFLM's ``Dequantize`` (module docstring):
+    :func:`dequantize_prim_func` as C; ``output`` points at ``4 * elements`` bytes."""
+    _check_int8(name, zero_point)
+    func = dequantize_prim_func(elements, scale, zero_point, name)
+    return OpKernel(name, _source(func, name, f"DEQUANTIZE int8 -> float32: {elements} "
+                                  f"elements, {float(np.float32(scale))!r}f * (q "
+                                  f"{_plus(-zero_point)}) (TFLM Dequantize)", ["input"]))
+
+
+def build_llvm(func: tirx.PrimFunc):
+    """``tvm.tirx.build`` of one of these PrimFuncs for the host; returns ``(module, symbol)``:
+    call ``module[symbol](*tensors)`` with one flat ``tvm.runtime.tensor`` per buffer
+    parameter, in order."""
+    return tvm.tirx.build(func, target="llvm"), str(func.attrs["global_symbol"])

@@ -1,0 +1,432 @@
+"""MEAN, FULLY_CONNECTED and the data-movement operators as TIR: one PrimFunc per kernel, printed
+as the MCU's C and built by TVM for llvm.
+
+Each operator is a TIR PrimFunc built with TVM's IRBuilder (the style of :mod:`.kernels`),
+over flat buffers whose names, element types and order are the kernel's C ABI (below);
+``<op>_kernel`` refuses what the kernel cannot do (a :class:`~.spec.CodegenError` naming it)
+and lowers the PrimFunc with :func:`.plain_c.emit_c_function` into the :class:`~.ops.OpKernel`
+the graph emitter calls (``const`` on the inputs and tables; the scratch it needs). The same
+PrimFunc runs on the host through ``tvm.tirx.build(func, target="llvm")``.
+
+The arithmetic is :mod:`tvm_serenity.frontend.reference`'s (TFLM's). Shapes, strides, zero
+points and per-tensor requantization constants are baked in as Python ints; no loop divides;
+a loop of one iteration is left out (its index is 0). Requantization is the TIR expression
+:func:`.kernels.requantize` written inline, clamped by :func:`.kernels._store_clamped`, so the
+C calls no helper function. A contiguous run of two or more bytes is copied by a TIR
+``call_extern`` of ``memcpy`` and PAD's fill is one ``memset`` (the C library's word copies;
+a byte loop costs 2-3x the Cortex-M0+ cycles, and GCC does not turn it into ``memcpy``
+without ``restrict``). Their size argument is a 64-bit constant, so
+the llvm build declares them as the host's C library does; the C converts it at compile time.
+The C needs ``<stdint.h>`` and ``<string.h>`` (the graph emitter's translation unit includes
+both). Strided byte copies go through ``uint8`` views of row pointers (``int8_t *in =
+&input[...]``): no sign extension, and a row's address is computed once.
+
+* **MEAN** (``input, output, acc``): per block of ``reduce x inner`` values, ``acc[i] =
+  -zp_in * reduce + sum_r input[...]`` (int32), then ``output = clamp(MBQM(acc[i], m, s) +
+  zp_out)`` with ``m, s`` already divided by the count as TFLM does.
+* **FULLY_CONNECTED** (``input, output, weight, bias, multiplier, shift[, scratch]``): per row
+  ``acc = bias[u] + sum_d weight[u*depth + d] * (x[d] - zp_in)`` requantized with the per-unit
+  tables; with ``gather`` the row's ``x - zp_in`` is first copied into the int16 ``scratch``.
+* **TRANSPOSE**, **CONCATENATION** (``input0, input1, ..., output``), **PAD**,
+  **STRIDED_SLICE** (rank <= 4, padded to 4 with leading axes of size 1) and
+  **RESIZE_NEAREST_NEIGHBOR** (``input, output, rows, cols``: the reference's source row
+  times ``W*C`` and column times ``C``, computed in Python): row-major loops over the output,
+  each element read at constant strides (PAD fills the output with the pad value, then copies
+  every innermost input row into place).
+
+In-place safety (what the graph emitter relies on when the arena plan overlaps input and
+output, docs/rip.md):
+
+* MEAN accumulates a whole block into ``acc`` before writing any of the block's outputs; with
+  one block (a global mean) any overlap of input and output is safe.
+* FULLY_CONNECTED with ``gather`` copies row ``r`` into ``scratch`` before writing any output
+  of row ``r`` and reads no input after it: the RiP layout of the row-as-pixel geometry is
+  safe. Without ``gather`` input and output must be disjoint.
+* TRANSPOSE, CONCATENATION, PAD, STRIDED_SLICE and RESIZE_NEAREST_NEIGHBOR need disjoint
+  buffers.
+
+The C has no ``restrict``, so a compiler keeps each read before the writes that follow it.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack, contextmanager
+
+import numpy as np
+import tvm
+from tvm import tirx
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.ir_builder import tirx as T
+
+from .kernels import _cast, _let, _local, _loop, _store, _store_clamped, requantize
+from .ops import OpKernel, _check_int8, _check_requant, _pad4, _strides
+from .plain_c import emit_c_function
+from .spec import CodegenError
+
+__all__ = ["mean_prim_func", "mean_kernel", "fully_connected_prim_func",
+           "fully_connected_kernel", "transpose_prim_func", "transpose_kernel",
+           "concatenation_prim_func", "concatenation_kernel", "pad_prim_func", "pad_kernel",
+           "strided_slice_prim_func", "strided_slice_kernel", "resize_nearest_prim_func",
+           "resize_nearest_kernel"]
+
+
+# ------------------------------------------------------------------ building blocks
+@contextmanager
+def _prim_func(name: str):
+    """A PrimFunc ``name`` being built; yields its builder."""
+    with IRBuilder() as builder:
+        with T.prim_func():
+            T.func_name(name)
+            yield builder
+
+
+def _built(builder, name: str) -> tirx.PrimFunc:
+    return builder.get().with_attr("global_symbol", name)
+
+
+def _args(*params: tuple[str, int, str]):
+    """Flat buffer parameters ``(name, elements, dtype)`` in order; returns the buffers."""
+    return [T.arg(name, T.Buffer((elements,), dtype)) for name, elements, dtype in params]
+
+
+@contextmanager
+def _nest(names, extents):
+    """Loops ``names[k] < extents[k]``, outermost first; yields their indices (the constant 0
+    for an extent of 1: no loop)."""
+    with ExitStack() as stack:
+        yield [stack.enter_context(_loop(n, e)) if e > 1 else tirx.const(0, "int32")
+               for n, e in zip(names, extents)]
+
+
+def _extern(function: str, *args):
+    """``function(args...);``, a C library call (``void *`` result dropped)."""
+    T.evaluate(tirx.call_extern("handle", function, *args))
+
+
+def _size(count: int):
+    """A ``size_t`` argument: 64-bit, so the llvm build declares ``memcpy`` / ``memset`` as the
+    host's C library defines them; in the C it is a constant the call converts (no 64-bit
+    arithmetic)."""
+    return tirx.const(count, "uint64")
+
+
+def _row(name: str, buffer, index):
+    """``int8_t *name = &buffer[index];`` and a ``uint8`` buffer on it: byte copies through
+    it need no sign extension (the Cortex-M0+'s ``ldrsb`` has no immediate offset, ``ldrb``
+    has) and a row's base address is computed once, as a pointer."""
+    pointer = T.Bind(tirx.address_of(buffer[index]),
+                     var=tirx.Var(name, tvm.ir.PointerType(tvm.ir.PrimType("int8"))))
+    return T.decl_buffer(buffer.shape, "uint8", data=pointer)
+
+
+def _copy(dst_buffer, dst, src_buffer, src, count: int, step: int = 1, name: str = "j"):
+    """``dst_buffer[dst + j] = src_buffer[src + j*step]`` for ``j < count`` (int8): one
+    ``memcpy`` of a contiguous run (``step`` 1), else byte copies."""
+    if step == 1 and count > 1:
+        _extern("memcpy", tirx.address_of(dst_buffer[dst]), tirx.address_of(src_buffer[src]),
+                _size(count))
+    elif count == 1:
+        _store(dst_buffer, dst, src_buffer[src])
+    else:
+        out, inp = _row("out", dst_buffer, dst), _row("in", src_buffer, src)
+        with _loop(name, count) as j:
+            _store(out, j, inp[j * step])
+
+
+def _comment(text: str) -> str:
+    return f"/* {text} */\n"
+
+
+def _kernel(name: str, comment: str, func: tirx.PrimFunc, const, **scratch) -> OpKernel:
+    return OpKernel(name, _comment(comment) + emit_c_function(func, name, const=const),
+                    **scratch)
+
+
+# ------------------------------------------------------------------ MEAN
+def _check_mean(name, outer, reduce, inner, input_zero_point, multiplier, shift,
+                output_zero_point):
+    if min(outer, reduce, inner) < 1:
+        raise CodegenError(f"{name}: empty MEAN ({outer}x{reduce}x{inner})")
+    _check_int8(name, input_zero_point, output_zero_point)
+    _check_requant(name, multiplier, shift)
+
+
+def mean_prim_func(name: str, outer: int, reduce: int, inner: int, input_zero_point: int,
+                   multiplier: int, shift: int, output_zero_point: int) -> tirx.PrimFunc:
+    """``(input int8[outer*reduce*inner], output int8[outer*inner], acc int32[inner])``:
+    TFLM's ``QuantizedMeanOrSum`` (mean) over the middle axis (module docstring)."""
+    _check_mean(name, outer, reduce, inner, input_zero_point, multiplier, shift,
+                output_zero_point)
+    with _prim_func(name) as builder:
+        x, y, acc = _args(("input", outer * reduce * inner, "int8"),
+                          ("output", outer * inner, "int8"), ("acc", inner, "int32"))
+        with _nest(["o"], [outer]) as (o,):
+            with _nest(["i"], [inner]) as (i,):
+                _store(acc, i, tirx.const(-input_zero_point * reduce, "int32"))
+            with _nest(["r"], [reduce]) as (r,):
+                row = _let("row", o * (reduce * inner) + r * inner)
+                with _nest(["i"], [inner]) as (i,):
+                    _store(acc, i, acc[i] + _cast("int32", x[row + i]))
+            with _nest(["i"], [inner]) as (i,):
+                _store_clamped(y, o * inner + i, requantize(acc[i], multiplier, shift)
+                               + output_zero_point, -128, 127)
+    return _built(builder, name)
+
+
+def mean_kernel(name: str, outer: int, reduce: int, inner: int, input_zero_point: int,
+                multiplier: int, shift: int, output_zero_point: int) -> OpKernel:
+    """TFLM's ``QuantizedMeanOrSum`` (mean) over the middle axis of ``(outer, reduce,
+    inner)``, :func:`mean_prim_func` as C; ``multiplier``/``shift`` are already divided by the
+    element count as TFLM does (``frontend.reference.mean_int8``). ``acc`` holds ``inner``
+    int32 sums (``scratch32``)."""
+    func = mean_prim_func(name, outer, reduce, inner, input_zero_point, multiplier, shift,
+                          output_zero_point)
+    return _kernel(name, f"MEAN: {outer} block(s) of {reduce} x {inner} int8 -> {outer} x "
+                   f"{inner}; a block's sums are\n * complete before its outputs are written.",
+                   func, ["input"], scratch32=inner)
+
+
+# ------------------------------------------------------------------ FULLY_CONNECTED
+def fully_connected_prim_func(name: str, rows: int, depth: int, units: int,
+                              input_zero_point: int, output_zero_point: int, act_min: int,
+                              act_max: int, gather: bool) -> tirx.PrimFunc:
+    """``(input int8[rows*depth], output int8[rows*units], weight int8[units*depth], bias,
+    multiplier, shift int32[units][, scratch int16[depth]])``: TFLM's
+    ``FullyConnected[PerChannel]`` (module docstring)."""
+    if min(rows, depth, units) < 1:
+        raise CodegenError(f"{name}: empty FULLY_CONNECTED ({rows}x{depth} -> {units})")
+    _check_int8(name, input_zero_point, output_zero_point, act_min, act_max)
+    params = [("input", rows * depth, "int8"), ("output", rows * units, "int8"),
+              ("weight", units * depth, "int8"), ("bias", units, "int32"),
+              ("multiplier", units, "int32"), ("shift", units, "int32")]
+    with _prim_func(name) as builder:
+        x, y, weight, bias, multiplier, shift, *scratch = _args(
+            *params, *([("scratch", depth, "int16")] if gather else []))
+        acc = _local("acc")
+        with _nest(["r"], [rows]) as (r,):
+            row = _let("row", r * depth)
+            if gather:
+                with _nest(["d"], [depth]) as (d,):
+                    _store(scratch[0], d, _cast("int16", _cast("int32", x[row + d])
+                                                - input_zero_point))
+            with _nest(["u"], [units]) as (u,):
+                w_row = _let("w_row", u * depth)
+                _store(acc, 0, bias[u])
+                with _nest(["d"], [depth]) as (d,):
+                    term = (_cast("int32", scratch[0][d]) if gather
+                            else _cast("int32", x[row + d]) - input_zero_point)
+                    _store(acc, 0, acc[0] + _cast("int32", weight[w_row + d]) * term)
+                _store_clamped(y, r * units + u, requantize(acc[0], multiplier[u], shift[u])
+                               + output_zero_point, act_min, act_max)
+    return _built(builder, name)
+
+
+def fully_connected_kernel(name: str, rows: int, depth: int, units: int, input_zero_point: int,
+                           output_zero_point: int, act_min: int, act_max: int,
+                           gather: bool) -> OpKernel:
+    """``reference_integer_ops::FullyConnected[PerChannel]`` as TFLM runs it,
+    :func:`fully_connected_prim_func` as C; with ``gather`` (the in-place layout, where a row's
+    outputs overwrite it), ``scratch`` holds the row's ``depth`` int16 values ``x - zp_in``
+    (``scratch16``)."""
+    func = fully_connected_prim_func(name, rows, depth, units, input_zero_point,
+                                     output_zero_point, act_min, act_max, gather)
+    note = ("each row is gathered into\n * scratch (x - zero point) before its outputs are "
+            "written" if gather else "input and output\n * apart (no gather)")
+    return _kernel(name, f"FULLY_CONNECTED: {rows} row(s) of {depth} -> {units} units; {note}.",
+                   func, ["input", "weight", "bias", "multiplier", "shift"],
+                   scratch16=depth if gather else 0)
+
+
+# ------------------------------------------------------------------ TRANSPOSE
+def _transpose_geometry(name: str, in_shape, perm):
+    rank = len(in_shape)
+    perm = [int(p) % max(rank, 1) for p in perm]
+    if sorted(perm) != list(range(rank)):
+        raise CodegenError(f"{name}: {perm} is not a permutation of {rank} axes")
+    shape4 = _pad4(in_shape)
+    lead = 4 - rank
+    perm4 = list(range(lead)) + [p + lead for p in perm]
+    strides = _strides(shape4)
+    return perm, shape4, [shape4[p] for p in perm4], [strides[p] for p in perm4]
+
+
+def transpose_prim_func(name: str, in_shape, perm) -> tirx.PrimFunc:
+    """``(input, output int8[N])``: ``output`` in row-major order of the permuted shape, each
+    element gathered from ``input`` at constant strides."""
+    _, shape4, dims, step = _transpose_geometry(name, in_shape, perm)
+    n = int(np.prod(shape4, dtype=np.int64))
+    with _prim_func(name) as builder:
+        x, y = _args(("input", n, "int8"), ("output", n, "int8"))
+        with _nest("abc", dims[:3]) as (a, b, c):
+            src = _let("src", a * step[0] + b * step[1] + c * step[2])
+            dst = _let("dst", ((a * dims[1] + b) * dims[2] + c) * dims[3])
+            _copy(y, dst, x, src, dims[3], step[3], "d")
+    return _built(builder, name)
+
+
+def transpose_kernel(name: str, in_shape, perm) -> OpKernel:
+    """TRANSPOSE of a tensor of rank <= 4, :func:`transpose_prim_func` as C."""
+    perm_, shape4, dims, _ = _transpose_geometry(name, in_shape, perm)
+    func = transpose_prim_func(name, in_shape, perm)
+    lead = 4 - len(in_shape)
+    return _kernel(name, f"TRANSPOSE: {list(in_shape)} by {perm_} -> {dims[lead:]}.", func,
+                   ["input"])
+
+
+# ------------------------------------------------------------------ CONCATENATION
+def _concat_geometry(name: str, in_shapes, axis: int):
+    shapes = [tuple(int(d) for d in s) for s in in_shapes]
+    rank = len(shapes[0])
+    axis = axis % rank
+    if any(len(s) != rank or s[:axis] + s[axis + 1:] != shapes[0][:axis] + shapes[0][axis + 1:]
+           for s in shapes):
+        raise CodegenError(f"{name}: shapes {shapes} do not concatenate along axis {axis}")
+    outer = int(np.prod(shapes[0][:axis], dtype=np.int64))
+    slabs = [int(np.prod(s[axis:], dtype=np.int64)) for s in shapes]
+    return shapes, axis, outer, slabs
+
+
+def concatenation_prim_func(name: str, in_shapes, axis: int) -> tirx.PrimFunc:
+    """``(input0, input1, ..., output int8)``: per outer index, each operand's contiguous slab
+    copied in turn."""
+    _, _, outer, slabs = _concat_geometry(name, in_shapes, axis)
+    total = sum(slabs)
+    with _prim_func(name) as builder:
+        *xs, y = _args(*[(f"input{k}", outer * slab, "int8") for k, slab in enumerate(slabs)],
+                       ("output", outer * total, "int8"))
+        with _nest(["o"], [outer]) as (o,):
+            position = 0
+            for k, (x, slab) in enumerate(zip(xs, slabs)):
+                if slab:
+                    _copy(y, o * total + position, x, o * slab, slab, name=f"j{k}")
+                position += slab
+    return _built(builder, name)
+
+
+def concatenation_kernel(name: str, in_shapes, axis: int) -> OpKernel:
+    """CONCATENATION along ``axis`` of same-quantization int8 tensors,
+    :func:`concatenation_prim_func` as C: one ``const int8_t *`` per operand (``input0``,
+    ``input1``, ...), then ``output``."""
+    shapes, axis, outer, slabs = _concat_geometry(name, in_shapes, axis)
+    func = concatenation_prim_func(name, in_shapes, axis)
+    return _kernel(name, f"CONCATENATION of {len(shapes)} tensors along axis {axis}: {outer} x "
+                   f"{slabs} -> {sum(slabs)}.", func, [f"input{k}" for k in range(len(shapes))])
+
+
+# ------------------------------------------------------------------ PAD
+def _pad_geometry(name: str, in_shape, paddings, value: int):
+    _check_int8(name, value)
+    rank = len(in_shape)
+    pads = [(int(a), int(b)) for a, b in np.asarray(paddings).reshape(-1, 2)]
+    if len(pads) != rank or any(a < 0 or b < 0 for a, b in pads):
+        raise CodegenError(f"{name}: paddings {pads} do not fit a rank-{rank} tensor "
+                           "(negative padding is not supported)")
+    shape4 = _pad4(in_shape)
+    pads4 = [(0, 0)] * (4 - rank) + pads
+    out4 = [d + a + b for d, (a, b) in zip(shape4, pads4)]
+    return pads, shape4, pads4, out4
+
+
+def pad_prim_func(name: str, in_shape, paddings, value: int) -> tirx.PrimFunc:
+    """``(input, output int8)``: PAD / PADV2 with a constant ``value``: the output filled,
+    then every innermost input row copied into place."""
+    _, shape4, pads4, out4 = _pad_geometry(name, in_shape, paddings, value)
+    ostr = _strides(out4)
+    base = sum(a * s for (a, _), s in zip(pads4, ostr))
+    n_in, n_out = (int(np.prod(s, dtype=np.int64)) for s in (shape4, out4))
+    with _prim_func(name) as builder:
+        x, y = _args(("input", n_in, "int8"), ("output", n_out, "int8"))
+        _extern("memset", y.data, tirx.const(value, "int32"), _size(n_out))
+        with _nest("abc", shape4[:3]) as (a, b, c):
+            dst = _let("dst", base + a * ostr[0] + b * ostr[1] + c * ostr[2])
+            src = _let("src", ((a * shape4[1] + b) * shape4[2] + c) * shape4[3])
+            _copy(y, dst, x, src, shape4[3], name="d")
+    return _built(builder, name)
+
+
+def pad_kernel(name: str, in_shape, paddings, value: int) -> OpKernel:
+    """PAD / PADV2 with a constant ``value`` (int8 PAD pads with the output zero point),
+    :func:`pad_prim_func` as C."""
+    pads, *_ = _pad_geometry(name, in_shape, paddings, value)
+    return _kernel(name, f"PAD: {list(in_shape)} by {pads} with {value}.",
+                   pad_prim_func(name, in_shape, paddings, value), ["input"])
+
+
+# ------------------------------------------------------------------ STRIDED_SLICE
+def _slice_geometry(name: str, in_shape, start, stride, count):
+    rank = len(in_shape)
+    start, stride, count = ([int(v) for v in values] for values in (start, stride, count))
+    if not len(start) == len(stride) == len(count) == rank:
+        raise CodegenError(f"{name}: {len(start)}/{len(stride)}/{len(count)} start/stride/count "
+                           f"values for a rank-{rank} tensor")
+    shape4 = _pad4(in_shape)
+    lead = 4 - rank
+    start4, stride4, count4 = [0] * lead + start, [1] * lead + stride, [1] * lead + count
+    for k, (n, s, c, d) in enumerate(zip(start4, stride4, count4, shape4)):
+        if s == 0 or c < 1 or not (0 <= n < d and 0 <= n + (c - 1) * s < d):
+            raise CodegenError(f"{name}: axis {k - lead} reads {c} elements from {n} by {s}, "
+                               f"not inside its {d} (empty slices are not supported)")
+    strides = _strides(shape4)
+    base = sum(n * t for n, t in zip(start4, strides))
+    step = [s * t for s, t in zip(stride4, strides)]
+    return (start, stride, count), shape4, count4, base, step
+
+
+def strided_slice_prim_func(name: str, in_shape, start, stride, count) -> tirx.PrimFunc:
+    """``(input, output int8)``: STRIDED_SLICE resolved per input axis (``start``, ``stride``,
+    ``count``; :class:`~tvm_serenity.frontend.reference.StridedSliceParams`), ``output`` in
+    row-major order, element ``(i_k)`` read at ``start_k + i_k * stride_k``."""
+    _, shape4, count4, base, step = _slice_geometry(name, in_shape, start, stride, count)
+    n_in, n_out = (int(np.prod(s, dtype=np.int64)) for s in (shape4, count4))
+    with _prim_func(name) as builder:
+        x, y = _args(("input", n_in, "int8"), ("output", n_out, "int8"))
+        with _nest("abc", count4[:3]) as (a, b, c):
+            src = _let("src", base + a * step[0] + b * step[1] + c * step[2])
+            dst = _let("dst", ((a * count4[1] + b) * count4[2] + c) * count4[3])
+            _copy(y, dst, x, src, count4[3], step[3], "d")
+    return _built(builder, name)
+
+
+def strided_slice_kernel(name: str, in_shape, start, stride, count) -> OpKernel:
+    """STRIDED_SLICE of a tensor of rank <= 4 resolved per axis as
+    :class:`tvm_serenity.frontend.reference.StridedSliceParams` (``start``, ``stride``,
+    ``count``; a shrunk axis is count 1), :func:`strided_slice_prim_func` as C."""
+    (start, stride, count), *_ = _slice_geometry(name, in_shape, start, stride, count)
+    func = strided_slice_prim_func(name, in_shape, start, stride, count)
+    return _kernel(name, f"STRIDED_SLICE: {list(in_shape)} from {start} by {stride}, {count} "
+                   "elements per axis.", func, ["input"])
+
+
+# ------------------------------------------------------------------ RESIZE_NEAREST_NEIGHBOR
+def _resize_geometry(name: str, in_shape, out_hw):
+    shape = tuple(int(d) for d in in_shape)
+    if len(shape) != 4 or min(shape) < 1 or min(out_hw) < 1:
+        raise CodegenError(f"{name}: RESIZE_NEAREST_NEIGHBOR of {list(shape)} to "
+                           f"{list(out_hw)}: NHWC input and a non-empty size only")
+    return shape, tuple(int(v) for v in out_hw)
+
+
+def resize_nearest_prim_func(name: str, in_shape, out_hw) -> tirx.PrimFunc:
+    """``(input, output int8, rows int32[out H], cols int32[out W])``: each output pixel a
+    copy of the ``C`` bytes at ``rows[y] + cols[x]`` of its batch's input."""
+    (n, h, w, c), (oh, ow) = _resize_geometry(name, in_shape, out_hw)
+    with _prim_func(name) as builder:
+        x, y, rows, cols = _args(("input", n * h * w * c, "int8"),
+                                 ("output", n * oh * ow * c, "int8"),
+                                 ("rows", oh, "int32"), ("cols", ow, "int32"))
+        with _nest(["b", "y"], [n, oh]) as (b, r):
+            src = _row("src", x, b * (h * w * c) + rows[r])
+            dst = _row("dst", y, (b * oh + r) * (ow * c))
+            with _nest(["x"], [ow]) as (col,):
+                _copy(dst, col * c, src, cols[col], c, name="k")
+    return _built(builder, name)
+
+
+def resize_nearest_kernel(name: str, in_shape, out_hw) -> OpKernel:
+    """RESIZE_NEAREST_NEIGHBOR of an NHWC int8 tensor, :func:`resize_nearest_prim_func` as
+    C: ``rows`` holds the source row times ``W * C``, ``cols`` the source column times
+    ``C``."""
+    (n, _, _, c), (oh, ow) = _resize_geometry(name, in_shape, out_hw)
+    func = resize_nearest_prim_func(name, in_shape, out_hw)
+    return _kernel(name, f"RESIZE_NEAREST_NEIGHBOR: {list(in_shape)} -> [{n}, {oh}, {ow}, "
+                   f"{c}], pixel copies.", func, ["input", "rows", "cols"])
