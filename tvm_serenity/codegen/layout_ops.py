@@ -119,6 +119,9 @@ def _row(name: str, buffer, index):
     return T.decl_buffer(buffer.shape, "uint8", data=pointer)
 
 
+UNROLL_STRIDED = 4      # strided byte runs up to this long are written out, not looped
+
+
 def _copy(dst_buffer, dst, src_buffer, src, count: int, step: int = 1, name: str = "j"):
     """``dst_buffer[dst + j] = src_buffer[src + j*step]`` for ``j < count`` (int8): one
     ``memcpy`` of a contiguous run (``step`` 1), else byte copies."""
@@ -127,6 +130,10 @@ def _copy(dst_buffer, dst, src_buffer, src, count: int, step: int = 1, name: str
                 _size(count))
     elif count == 1:
         _store(dst_buffer, dst, src_buffer[src])
+    elif count <= UNROLL_STRIDED:   # a short run: constant offsets, no loop overhead
+        out, inp = _row("out", dst_buffer, dst), _row("in", src_buffer, src)
+        for j in range(count):
+            _store(out, j, inp[j * step])
     else:
         out, inp = _row("out", dst_buffer, dst), _row("in", src_buffer, src)
         with _loop(name, count) as j:
