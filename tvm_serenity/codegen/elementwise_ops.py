@@ -470,11 +470,19 @@ def float_quantize_prim_func(elements: int, scale: float, zero_point: int,
             v = _let("low_clamped", _select(v >= _f32(low - 1), v, _f32(low - 1)),
                      "float32")                                       # NaN too
             v = _let("clamped", _select(v > _f32(high + 1), _f32(high + 1), v), "float32")
-            r = _let("truncated", _i32(v))                 # toward zero; v - r is exact
-            fraction = _let("fraction", v - _cast("float32", r), "float32")
-            rounded = r + _select(fraction >= _f32(0.5), 1,
-                                  _select(fraction <= _f32(-0.5), -1, 0))   # halves away
-            _store_clamped(b["output"], i, rounded + zero_point, INT8_MIN, INT8_MAX)
+            r = _local("r")                                # toward zero; v - r is exact
+            _store(r, 0, _i32(v))
+            fraction = _let("fraction", v - _cast("float32", r[0]), "float32")
+            # halves away from zero, as branches: the second comparison (a soft-float call on
+            # the Cortex-M0+) only runs when the first fails
+            with T.If(fraction >= _f32(0.5)):
+                with T.Then():
+                    _store(r, 0, r[0] + 1)
+                with T.Else():
+                    with T.If(fraction <= _f32(-0.5)):
+                        with T.Then():
+                            _store(r, 0, r[0] - 1)
+            _store_clamped(b["output"], i, r[0] + zero_point, INT8_MIN, INT8_MAX)
     return _prim_func(symbol, [("input", 4 * elements, "int8"), ("output", elements, "int8")],
                       emit)
 
