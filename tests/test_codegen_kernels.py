@@ -613,15 +613,17 @@ def test_strided_slice_bit_exact_on_host(tmp_path, case):
 
 
 def test_strided_slice_kernel_text_and_checks():
-    """A contiguous innermost run is one memcpy per row; a strided one a byte loop, from the
-    base offset of ``start`` (rank padded to 4)."""
+    """A contiguous innermost run is one memcpy per row; a strided one byte copies (written
+    out up to four, a loop beyond), from the base offset of ``start`` (rank padded to 4)."""
     crop = strided_slice_kernel("crop", (1, 7, 7, 8), (0, 1, 1, 0), (1, 1, 1, 1), (1, 6, 6, 8))
     assert "memcpy((&(output[dst])), (&(input[src])), (uint64_t)8ULL)" in crop.source
     assert "int32_t src = ((64 + (b * 56)) + (c * 8));" in crop.source       # 7 * 8 + 8
     rank2 = strided_slice_kernel("r2", (8, 10), (6, 1), (-2, 3), (3, 3))
     assert "int32_t src = (61 + (c * -20));" in rank2.source                 # 6 * 10 + 1
-    assert "((uint8_t*)out)[d] = ((uint8_t*)in)[(d * 3)];" in rank2.source
+    assert "((uint8_t*)out)[2] = ((uint8_t*)in)[6];" in rank2.source
     assert "memcpy" not in rank2.source
+    wide = strided_slice_kernel("w", (8, 20), (6, 1), (-2, 3), (3, 6))
+    assert "((uint8_t*)out)[d] = ((uint8_t*)in)[(d * 3)];" in wide.source
     with pytest.raises(CodegenError, match="axis 1 reads 4 elements from 1 by 2, not inside"):
         strided_slice_kernel("bad", (1, 6, 6, 2), (0, 1, 0, 0), (1, 2, 1, 1), (1, 4, 6, 2))
     with pytest.raises(CodegenError, match="empty slices are not supported"):
