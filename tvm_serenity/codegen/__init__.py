@@ -10,6 +10,8 @@
   firmware; :func:`emit_c_function` does the same for any PrimFunc.
 * ``partial``: the kernels of identity graph rewriting (int32 partial convolutions accumulated
   in place, their requantization, depthwise slices written into a shared output).
+* ``kernel_call``: which kernel each TFLite operator runs and with which arguments (what
+  ``graph_c`` renders as C).
 * ``graph_c``: a whole model as C (one static arena at planned offsets), ``ops``: the
   hand-written C operators it uses besides the TIR kernels.
 

@@ -24,6 +24,9 @@ What ``model.c`` holds (the :mod:`tvm_serenity.micro` contract):
   LOG_SOFTMAX and the ARG_MAX that models put after their int8 core are the C kernels of
   :mod:`.ops` (ARG_MAX's int32 indices are an activation like any other,
   ``MODEL_OUTPUT<i>_TYPE`` ``int32_t``);
+  which kernel an operator runs and with which arguments is
+  :func:`.kernel_call.kernel_call`'s answer (meant for the llvm route too); this module
+  renders it as C;
 * zero-copy I/O in TFLite Micro's spirit, any number of inputs and outputs:
   ``void *model_input(int i)`` / ``void *model_output(int i)`` return ``arena + offset`` of
   graph input / output ``i`` (an output's offset is where it is after the last step), with
@@ -120,22 +123,17 @@ from ..graph import Graph
 from ..memory import InPlaceStep
 from ..alloc.plan import Move
 from ..frontend import reference as ref
-from ..frontend.reference import (activation_range, add_params, conv_params,
-                                  conv_requant, quantize_multiplier, relu6_int8,
-                                  strided_slice_params, validate)
+from ..frontend import reference as ref
+from ..frontend.reference import conv_params, validate
 from ..frontend.tflite_model import Operator, Tensor, TFLiteModel, UnsupportedOperatorError
 from ..frontend.to_graph import foldable_pads
 from ..text import counted
-from .elementwise_ops import (add_kernel, clamp_kernel, dequantize_kernel, float_quantize_kernel,
-                              lookup_kernel, mul_kernel, requantize_kernel, softmax_kernel)
+from .kernel_call import KERNEL_OPS, Operand, Result, Table, kernel_call
 from .kernels import default_kernel_name, make_prim_func
-from .layout_ops import (concatenation_kernel, fully_connected_kernel, mean_kernel, pad_kernel,
-                         resize_nearest_kernel, strided_slice_kernel, transpose_kernel)
-from .ops import (FLOAT_MATH, OpKernel, arg_max_kernel, c_array, c_float, float_math_c,
-                  log_softmax_float_kernel, softmax_float_kernel)
+from .ops import OpKernel, c_array, c_float, float_math_c
 from .partial import accumulator_requantize_prim_func, depthwise_slice_prim_func
 from .plain_c import emit_c_function, emit_c_kernel
-from .spec import AddRescale, CodegenError, ExpandConv, LayerSpec, pack_conv2d_weight
+from .spec import CodegenError, ExpandConv, LayerSpec, pack_conv2d_weight
 
 __all__ = ["SUPPORTED_OPS", "REWRITE_ROLES", "IntegerCore", "Step", "IOTensor",
            "EmittedModel", "integer_core", "concat_is_copy", "emit_model"]
@@ -412,32 +410,6 @@ class _Emitter:
     def unsupported(self, op: Operator, why: str) -> UnsupportedOperatorError:
         return UnsupportedOperatorError(f"{self.where(op)}: {why}", op.op, op.index)
 
-    def activation(self, op: Operator, i: int, dtype: str = "int8") -> tuple[Tensor, str]:
-        """Operand ``i`` as (tensor, arena pointer expression), a (quantized, for int8)
-        ``dtype`` activation; constants are refused."""
-        t = self.core.tensors[op.inputs[i]]
-        if t.data is not None:
-            raise self.unsupported(op, f"operand {i} ('{t.name}') is a constant; the emitter "
-                                       "supports activation operands only")
-        if t.dtype != dtype or (dtype == "int8" and t.quant is None):
-            raise self.unsupported(op, f"operand '{t.name}' is {t.dtype}; only {dtype} "
-                                       "activations are supported" + (
-                                           f" by {op.op}" if dtype != "int8" else ""))
-        node = self.tensor_node[op.inputs[i]]
-        return t, f"ARENA({self.location[node]})"
-
-    def operand(self, op: Operator, i: int, name: str) -> tuple[Tensor, str]:
-        """Operand ``i`` of an elementwise operator (MUL, ADD) as (tensor, pointer
-        expression): an activation in the arena, or a constant int8 tensor emitted as the
-        ``static const`` array ``<name>_operand<i>``."""
-        t = self.core.tensors[op.inputs[i]]
-        if t.data is None:
-            return self.activation(op, i)
-        if t.dtype != "int8" or t.quant is None:
-            raise self.unsupported(op, f"constant operand {i} ('{t.name}') is {t.dtype}; "
-                                       "only int8 constants are supported")
-        return t, self.const(f"{name}_operand{i}", "int8", t.data)
-
     def bias(self, op: Operator, units: int) -> np.ndarray:
         """The operator's constant int32 bias (operand 2), or zeros when it has none."""
         i = op.inputs[2] if len(op.inputs) > 2 else -1
@@ -496,10 +468,6 @@ class _Emitter:
         self.scratch32 = max(self.scratch32, kernel.scratch32)
         return kernel.name
 
-    @staticmethod
-    def scale_zp(t: Tensor) -> tuple[float, int]:
-        return t.quant.scalar_scale, t.quant.scalar_zero_point
-
     # ----------------------------------------------------------------------- steps
     def emit_step(self, k: int, name: str, pair: InPlaceStep | None, move: Move | None):
         node = self.graph[name]
@@ -511,7 +479,7 @@ class _Emitter:
             label = f"{op.op}/{role}"
         else:
             op = self.core.operator(int(node.attrs["tflite_index"]))
-            handler = _HANDLERS.get(op.op)
+            handler = _Emitter.operator_step if op.op in SUPPORTED_OPS else None
             label = op.op
         out = self.core.tensors[op.outputs[0]]
         out_off = self.plan.offsets[name]
@@ -747,392 +715,42 @@ class _Emitter:
 
     def pushdown(self, node, op, origin, in_place):
         """A unary operator pushed into one branch of the concat: its kernel on the branch."""
-        emit = self.lookup if op.op in ("HARD_SWISH", "LOGISTIC") else self.relu
-        return emit(node, op, in_place, x_ptr=self.at(node.inputs[0]))
+        return self.operator_step(node, op, in_place, x_ptr=self.at(node.inputs[0]))
 
-    # ----------------------------------------------------------------------- op handlers
-    def window(self, node, op, in_place):
-        """CONV_2D, DEPTHWISE_CONV_2D, MAX_POOL_2D, AVERAGE_POOL_2D: TIR kernels."""
-        a = node.attrs
-        x, x_ptr = self.activation(op, 0)
-        out = self.core.tensors[op.outputs[0]]
-        in_shape = a["in_shape"]
-        if len(in_shape) != 4 or in_shape[0] != 1:
-            raise self.unsupported(op, f"input shape {in_shape}: batch-1 NHWC only")
-        in_hwc = tuple(in_shape[1:])
-        geometry = dict(kernel=tuple(a["kernel"]), stride=tuple(a["stride"]),
-                        padding=tuple(a["padding"]))
-        workspace = {"workspace_bytes": node.inplace} if in_place else {}
-        weights: list[str] = []
-        if op.op in ("CONV_2D", "DEPTHWISE_CONV_2D"):
-            params = conv_params(self.core, op)
-            rq = params.requant
-            quant = dict(input_zero_point=params.input_zero_point,
-                         output_zero_point=rq.output_zero_point, act_min=rq.act_min,
-                         act_max=rq.act_max, **workspace)
-            w = self.core.tensors[op.inputs[1]].data
-            if op.op == "CONV_2D":
-                if a["groups"] != 1:
-                    raise self.unsupported(op, f"grouped convolution (groups={a['groups']})")
-                spec = LayerSpec.conv2d(in_hwc, out.shape[3], dilation=tuple(a["dilation"]),
-                                        **geometry, **quant)
-            else:
-                if out.shape[3] != in_hwc[2]:
-                    raise self.unsupported(op, "depth multiplier != 1")
-                spec = LayerSpec.depthwise_conv2d(in_hwc, dilation=tuple(a["dilation"]),
-                                                  **geometry, **quant)
-            c = _c_name(node.name)
-            weights = [self.const(f"{c}_weight", "int32", pack_conv2d_weight(w))
-                       if op.op == "CONV_2D" else self.const(f"{c}_weight", "int8", w),
-                       self.const(f"{c}_bias", "int32", self.bias(op, out.shape[3])),
-                       self.const(f"{c}_multiplier", "int32", rq.multiplier),
-                       self.const(f"{c}_shift", "int32", rq.shift)]
+    # ----------------------------------------------------------------------- operators
+    def operator_step(self, node, op, in_place, x_ptr: str | None = None):
+        """An operator's kernel call (:func:`.kernel_call.kernel_call`) as C: its arguments
+        rendered as arena pointers, ``static const`` arrays and the shared scratch buffers;
+        ``x_ptr`` overrides where operand 0 is read (a pushed-down copy reads one branch of
+        the concat its operator read). A RESHAPE is a ``memcpy`` or, at one address, nothing."""
+        call = kernel_call(self.core, op, node, in_place=in_place, name=_c_name(node.name))
+        args = [self.argument(node, op, arg, x_ptr) for arg in call.args]
+        if call.reshape:
+            x_ptr, out_ptr = args
+            if in_place or x_ptr == out_ptr:
+                return "", "alias", ""
+            return "", "copy", f"memcpy({out_ptr}, {x_ptr}, {node.bytes});"
+        if call.spec is not None:
+            kernel = self.tir_kernel(call.spec, call.layout)
         else:
-            if self.scale_zp(x) != self.scale_zp(out):
-                raise self.unsupported(op, "input and output quantization differ")
-            act_min, act_max = activation_range(
-                op.options.get("fused_activation_function", "NONE"), *self.scale_zp(out))
-            make = LayerSpec.max_pool2d if op.op == "MAX_POOL_2D" else LayerSpec.avg_pool2d
-            spec = make(in_hwc, act_min=act_min, act_max=act_max, **geometry, **workspace)
-        layout = "rip" if in_place else "dual"
-        kernel = self.tir_kernel(spec, layout)
-        buffers = [self.output(node)] if in_place else [x_ptr, self.output(node)]
-        return kernel, layout, _call(kernel, buffers + weights + ["scratch32"])
+            kernel = self.op_kernel(call.c_kernel())
+            self.float_math.update(call.float_math)
+        return kernel, call.layout, _call(kernel, args)
 
-    def add(self, node, op, in_place):
-        """Same-shape int8 ADD of two activations: the TIR kernel; in place, input 1 is
-        overwritten. Broadcasting or a constant operand: :meth:`binary`."""
-        a, b = (self.core.tensors[i] for i in op.inputs[:2])
-        out = self.core.tensors[op.outputs[0]]
-        if a.data is not None or b.data is not None or not a.shape == b.shape == out.shape:
-            return self.binary(node, op, in_place)
-        a, a_ptr = self.activation(op, 0)
-        b, b_ptr = self.activation(op, 1)
-        p = add_params(*self.scale_zp(a), *self.scale_zp(b), *self.scale_zp(out),
-                       op.options.get("fused_activation_function", "NONE"))
-        rescale = AddRescale(p.input2_zero_point, p.input1_multiplier, p.input1_shift,
-                             p.input2_multiplier, p.input2_shift, int(p.output.multiplier),
-                             int(p.output.shift), p.left_shift)
-        hwc = tuple(out.shape[1:]) if len(out.shape) == 4 else (1, 1, out.size)
-        spec = LayerSpec.elementwise_add(hwc, rescale, input_zero_point=p.input1_zero_point,
-                                         output_zero_point=p.output.output_zero_point,
-                                         act_min=p.output.act_min, act_max=p.output.act_max)
-        layout = "rip" if in_place else "dual"
-        kernel = self.tir_kernel(spec, layout)
-        out_ptr = self.output(node)
-        return kernel, layout, _call(kernel, [out_ptr, b_ptr] if in_place
-                                     else [a_ptr, out_ptr, b_ptr])
-
-    def mean(self, node, op, in_place):
-        x, x_ptr = self.activation(op, 0)
-        out = self.core.tensors[op.outputs[0]]
-        rank = len(x.shape)
-        axes = sorted({int(v) % rank for v in
-                       np.asarray(self.core.tensors[op.inputs[1]].data).reshape(-1)})
-        if axes != list(range(axes[0], axes[-1] + 1)):
-            raise self.unsupported(op, f"MEAN over non-contiguous axes {axes}")
-        outer = int(np.prod(x.shape[:axes[0]], dtype=np.int64))
-        reduce = int(np.prod([x.shape[i] for i in axes], dtype=np.int64))
-        inner = int(np.prod(x.shape[axes[-1] + 1:], dtype=np.int64))
-        if in_place and outer != 1:
-            raise CodegenError(f"{self.where(op)}: in place only as one reduction block")
-        (si, zi), (so, zo) = self.scale_zp(x), self.scale_zp(out)
-        multiplier, shift = quantize_multiplier(float(si) / float(so))
-        # TFLM's QuantizedMeanOrSum folds 1/count into the multiplier (reference.mean_int8).
-        s = min(reduce.bit_length() - 1, 32, 31 + shift)
-        kernel = self.op_kernel(mean_kernel(_c_name(node.name), outer, reduce, inner,
-                                            zi, (multiplier << s) // reduce, shift - s, zo))
-        return kernel, "rip" if in_place else "dual", \
-            _call(kernel, [x_ptr, self.output(node), "scratch32"])
-
-    def fully_connected(self, node, op, in_place):
-        x, x_ptr = self.activation(op, 0)
-        w = self.core.tensors[op.inputs[1]]
-        out = self.core.tensors[op.outputs[0]]
-        if w.data is None or w.data.ndim != 2 or w.dtype != "int8":
-            raise self.unsupported(op, "weights must be a constant int8 matrix")
-        units, depth = w.data.shape
-        (si, zi), (so, zo) = self.scale_zp(x), self.scale_zp(out)
-        activation = op.options.get("fused_activation_function", "NONE")
-        if w.quant.per_channel:
-            rq = conv_requant(si, w.quant.scale, so, zo, activation)
-            multiplier, shift = rq.multiplier, rq.shift
-        else:   # TFLM: the input * filter scale product is taken in float32
-            product = np.float32(si) * np.float32(w.quant.scale[0])
-            m, s = quantize_multiplier(float(product) / float(so))
-            multiplier, shift = np.full(units, m), np.full(units, s)
-        act_min, act_max = activation_range(activation, so, zo)
-        c = _c_name(node.name)
-        kernel = self.op_kernel(fully_connected_kernel(c, x.size // depth, depth,
-                                                       units, zi, zo, act_min, act_max,
-                                                       gather=in_place))
-        args = [x_ptr, self.output(node),
-                self.const(f"{c}_weight", "int8", w.data),
-                self.const(f"{c}_bias", "int32", self.bias(op, units)),
-                self.const(f"{c}_multiplier", "int32", multiplier),
-                self.const(f"{c}_shift", "int32", shift)] + (["scratch16"] if in_place else [])
-        return kernel, "rip" if in_place else "dual", _call(kernel, args)
-
-    def transpose(self, node, op, in_place):
-        x, x_ptr = self.activation(op, 0)
-        perm = np.asarray(self.core.tensors[op.inputs[1]].data).reshape(-1)
-        kernel = self.op_kernel(transpose_kernel(_c_name(node.name), x.shape, perm))
-        return kernel, "dual", _call(kernel, [x_ptr, self.output(node)])
-
-    def concatenation(self, node, op, in_place):
-        operands = [self.activation(op, i) for i in range(len(op.inputs))]
-        out = self.core.tensors[op.outputs[0]]
-        if any(self.scale_zp(t) != self.scale_zp(out) for t, _ in operands):
-            raise self.unsupported(op, "operands quantized differently from the output")
-        if op.options.get("fused_activation_function", "NONE") != "NONE":
-            raise self.unsupported(op, "fused activation")
-        kernel = self.op_kernel(concatenation_kernel(
-            _c_name(node.name), [t.shape for t, _ in operands],
-            int(op.options.get("axis", 0))))
-        return kernel, "dual", _call(kernel, [p for _, p in operands]
-                                     + [self.output(node)])
-
-    def pad(self, node, op, in_place):
-        x, x_ptr = self.activation(op, 0)
-        out = self.core.tensors[op.outputs[0]]
-        value = self.scale_zp(out)[1]
-        if len(op.inputs) > 2 and op.inputs[2] >= 0:
-            value = int(np.asarray(self.core.tensors[op.inputs[2]].data).reshape(-1)[0])
-        kernel = self.op_kernel(pad_kernel(_c_name(node.name), x.shape,
-                                           self.core.tensors[op.inputs[1]].data, value))
-        return kernel, "dual", _call(kernel, [x_ptr, self.output(node)])
-
-    def strided_slice(self, node, op, in_place):
-        x, x_ptr = self.activation(op, 0)
-        p = strided_slice_params(self.core, op)       # TFLM's semantics, validated
-        kernel = self.op_kernel(strided_slice_kernel(_c_name(node.name), x.shape, p.start,
-                                                     p.stride, p.count))
-        return kernel, "dual", _call(kernel, [x_ptr, self.output(node)])
-
-    def quantize(self, node, op, in_place):
-        """int8 -> int8 QUANTIZE (a requantization) and the float32 -> int8 edge (TFLM's
-        ``AffineQuantize``, :func:`.elementwise_ops.float_quantize_kernel`)."""
-        out = self.core.tensors[op.outputs[0]]
-        if self.core.tensors[op.inputs[0]].dtype == "float32":
-            kernel = self.op_kernel(float_quantize_kernel(_c_name(node.name), out.size,
-                                                          *self.scale_zp(out)))
-            return kernel, "rip" if in_place else "dual", \
-                _call(kernel, [self.at(self.tensor_node[op.inputs[0]]), self.output(node)])
-        x, x_ptr = self.activation(op, 0)
-        (si, zi), (so, zo) = self.scale_zp(x), self.scale_zp(out)
-        m, s = quantize_multiplier(float(si) / float(so))
-        kernel = self.op_kernel(requantize_kernel(_c_name(node.name), out.size,
-                                                  zi, m, s, zo))
-        return kernel, "rip" if in_place else "dual", \
-            _call(kernel, [x_ptr, self.output(node)])
-
-    def dequantize(self, node, op, in_place):
-        """int8 -> float32 DEQUANTIZE (TFLM's ``Dequantize``,
-        :func:`.elementwise_ops.dequantize_kernel`)."""
-        x, x_ptr = self.activation(op, 0)
-        kernel = self.op_kernel(dequantize_kernel(_c_name(node.name), x.size,
-                                                  *self.scale_zp(x)))
-        return kernel, "rip" if in_place else "dual", _call(kernel, [x_ptr, self.output(node)])
-
-    def unary_operand(self, op, x_ptr: str | None):
-        """(where the input is read, its (scale, zero point), the output's) of a one-input
-        operator; ``x_ptr`` overrides the place (a pushed-down copy reads one branch)."""
-        if x_ptr is None:
-            x, x_ptr = self.activation(op, 0)
-        else:
-            x = self.core.tensors[op.inputs[0]]
-        return x_ptr, self.scale_zp(x), self.scale_zp(self.core.tensors[op.outputs[0]])
-
-    def relu(self, node, op, in_place, x_ptr: str | None = None):
-        """RELU (TFLM ``ReluQuantized``) and RELU6 (``Relu6Quantized``: a clamp) over the
-        node's ``bytes`` elements; ``x_ptr`` overrides where the input is read (a pushed-down
-        copy reads one branch of the concat its operator read)."""
-        x_ptr, (si, zi), (so, zo) = self.unary_operand(op, x_ptr)
-        name = _c_name(node.name)
-        if op.op == "RELU6":
-            low, high = (int(v) for v in relu6_int8(np.array([-128, 127]), si, zi))
-            kernel = self.op_kernel(clamp_kernel(name, node.bytes, low, high))
-        else:
-            m, s = quantize_multiplier(float(np.float32(si) / np.float32(so)))
-            kernel = self.op_kernel(requantize_kernel(name, node.bytes, zi, m, s, zo,
-                                                      max(-128, zo), 127, what="RELU int8"))
-        return kernel, "rip" if in_place else "dual", \
-            _call(kernel, [x_ptr, self.output(node)])
-
-    def binary(self, node, op, in_place):
-        """MUL, and ADD with broadcasting or a constant operand (``reference.mul_int8`` /
-        ``add_int8``): the broadcasting kernel of :mod:`.elementwise_ops`, or, when one operand is a
-        constant of one repeated value and the other has the output's size, a 256-entry
-        table of the reference kernel with that constant (an elementwise int8 function).
-        In place, the aliased operand is the first activation, which has the output's shape
-        (:mod:`~tvm_serenity.frontend.to_graph`): element ``i`` is read before it is written."""
-        name = _c_name(node.name)
-        a, b = (self.core.tensors[i] for i in op.inputs[:2])
-        if a.data is not None and b.data is not None:
-            raise self.unsupported(op, "both operands are constants")
-        out = self.core.tensors[op.outputs[0]]
-        if max(len(a.shape), len(b.shape), len(out.shape)) > 4:
-            raise self.unsupported(op, f"rank above 4 ({list(a.shape)}, {list(b.shape)})")
-        for t in (a, b):
-            if t.dtype != "int8" or t.quant is None:
-                raise self.unsupported(op, f"operand '{t.name}' is {t.dtype}; only int8 "
-                                           "operands are supported")
-        activation = op.options.get("fused_activation_function", "NONE")
-        (sa, za), (sb, zb), (so, zo) = self.scale_zp(a), self.scale_zp(b), self.scale_zp(out)
-        if op.op == "MUL":
-            rq = ref.mul_requant(sa, sb, so, zo, activation)
-            m, s = (int(np.asarray(v).reshape(-1)[0]) for v in (rq.multiplier, rq.shift))
-
-            def reference(x, y):
-                return ref.mul_int8(x, y, za, zb, rq)
-
-            def make():
-                return mul_kernel(name, a.shape, b.shape, out.shape, za, zb, m, s, zo,
-                                  rq.act_min, rq.act_max)
-        else:
-            p = add_params(sa, za, sb, zb, so, zo, activation)
-
-            def reference(x, y):
-                return ref.add_int8(x, y, p)
-
-            def make():
-                return add_kernel(name, a.shape, b.shape, out.shape, za, zb,
-                                  p.input1_multiplier, p.input1_shift, p.input2_multiplier,
-                                  p.input2_shift, int(p.output.multiplier),
-                                  int(p.output.shift), zo, p.output.act_min,
-                                  p.output.act_max, p.left_shift)
-        const, act, k = (b, a, 0) if b.data is not None else (a, b, 1)
-        if (const.data is not None and act.size == out.size
-                and np.all(const.data == const.data.reshape(-1)[0])):
-            _, act_ptr = self.activation(op, k)
-            c = np.full(256, const.data.reshape(-1)[0], dtype=np.int8)
-            table = ref.table_of(lambda v: reference(v, c) if const is b else reference(c, v))
-            kernel = self.op_kernel(lookup_kernel(
-                name, out.size, f"{op.op} int8 by the constant {int(c[0])}"))
-            args = [act_ptr, self.output(node), self.const(f"{name}_table", "int8", table)]
-        else:
-            (_, a_ptr), (_, b_ptr) = self.operand(op, 0, name), self.operand(op, 1, name)
-            kernel = self.op_kernel(make())
-            args = [a_ptr, b_ptr, self.output(node)]
-        return kernel, "rip" if in_place else "dual", _call(kernel, args)
-
-    def lookup(self, node, op, in_place, x_ptr: str | None = None):
-        """HARD_SWISH and LOGISTIC: ``table[x + 128]`` over the node's ``bytes`` elements, the
-        table computed with the reference kernel for all 256 inputs
-        (:func:`~tvm_serenity.frontend.reference.table_of`); ``x_ptr`` as for :meth:`relu`."""
-        x_ptr, (si, zi), (so, zo) = self.unary_operand(op, x_ptr)
-        if op.op == "HARD_SWISH":
-            params = ref.hard_swish_params(si, zi, so, zo)
-            table = ref.table_of(lambda v: ref.hard_swish_int8(v, params))
-        else:
-            if zo != ref.INT8_MIN:
-                raise self.unsupported(op, "int8 LOGISTIC needs output zero point -128")
-            params = ref.logistic_params(si, zi)
-            table = ref.table_of(lambda v: ref.logistic_int8(v, params))
-        name = _c_name(node.name)
-        kernel = self.op_kernel(lookup_kernel(name, node.bytes, f"{op.op} int8"))
-        args = [x_ptr, self.output(node), self.const(f"{name}_table", "int8", table)]
-        return kernel, "rip" if in_place else "dual", _call(kernel, args)
-
-    def softmax(self, node, op, in_place):
-        """TFLM's int8 SOFTMAX over the last axis (``reference.softmax_int8``): the
-        exponentials of the 256 possible differences to the row maximum and their terms of
-        the sum as tables (:func:`~tvm_serenity.frontend.reference.softmax_tables`), the per-row
-        reciprocal and rounding in 32-bit C (:func:`.elementwise_ops.softmax_kernel`). A float32
-        SOFTMAX is :meth:`softmax_float`'s."""
-        if self.core.tensors[op.inputs[0]].dtype == "float32":
-            return self.softmax_float(node, op, in_place)
-        x, x_ptr = self.activation(op, 0)
-        out = self.core.tensors[op.outputs[0]]
-        if self.scale_zp(out) != (np.float32(1.0 / 256), ref.INT8_MIN):
-            raise self.unsupported(op, "int8 SOFTMAX needs output scale 1/256 and zero "
-                                       "point -128")
-        depth = int(x.shape[-1]) if len(x.shape) else 1
-        exps, terms, valid_from = ref.softmax_tables(
-            ref.softmax_params(op.options.get("beta", 1.0), self.scale_zp(x)[0]))
-        name = _c_name(node.name)
-        try:
-            kernel = self.op_kernel(softmax_kernel(name, x.size // depth, depth, valid_from))
-        except CodegenError as e:
-            raise self.unsupported(op, str(e)) from None
-        args = [x_ptr, self.output(node), self.const(f"{name}_exps", "int32", exps),
-                self.const(f"{name}_terms", "int32", terms)]
-        return kernel, "rip" if in_place else "dual", _call(kernel, args)
-
-    def softmax_float(self, node, op, in_place):
-        """float32 SOFTMAX and LOG_SOFTMAX over the last axis (TFLite's ``reference_ops``,
-        :func:`.ops.softmax_float_kernel` / :func:`.ops.log_softmax_float_kernel`), with the
-        generated ``serenity_expf`` (and ``serenity_logf``)."""
-        x, x_ptr = self.activation(op, 0, "float32")
-        depth = int(x.shape[-1])
-        name = _c_name(node.name)
-        if op.op == "SOFTMAX":
-            kernel = softmax_float_kernel(name, x.size // depth, depth,
-                                          op.options.get("beta", 1.0))
-            self.float_math.add("expf")
-        else:
-            kernel = log_softmax_float_kernel(name, x.size // depth, depth)
-            self.float_math.update(FLOAT_MATH)
-        kernel = self.op_kernel(kernel)
-        return kernel, "rip" if in_place else "dual", _call(kernel, [x_ptr, self.output(node)])
-
-    def arg_max(self, node, op, in_place):
-        """ARG_MAX of an int8 or float32 tensor along its constant axis, int32 indices
-        (:func:`.ops.arg_max_kernel`); in place as :mod:`~tvm_serenity.frontend.to_graph`
-        flags it (the output starting where the input starts)."""
-        x = self.core.tensors[op.inputs[0]]
-        x, x_ptr = self.activation(op, 0, "float32" if x.dtype == "float32" else "int8")
-        shape = [int(d) for d in x.shape]
-        axis = int(np.asarray(self.core.tensors[op.inputs[1]].data).reshape(-1)[0]) % len(shape)
-        outer, inner = (int(np.prod(part, dtype=np.int64)) for part in (shape[:axis],
-                                                                         shape[axis + 1:]))
-        kernel = self.op_kernel(arg_max_kernel(_c_name(node.name), outer, shape[axis], inner,
-                                               x.dtype))
-        return kernel, "rip" if in_place else "dual", _call(kernel, [x_ptr, self.output(node)])
-
-    def resize_nearest(self, node, op, in_place):
-        """RESIZE_NEAREST_NEIGHBOR: the reference's source rows and columns (read off by
-        resizing the indices themselves, as ``relax_import`` does) as offset tables, pixel
-        copies in C."""
-        x, x_ptr = self.activation(op, 0)
-        if len(x.shape) != 4:
-            raise self.unsupported(op, f"input shape {list(x.shape)}: NHWC only")
-        _, h, w, c = (int(d) for d in x.shape)
-        oh, ow = (int(v) for v in np.asarray(self.core.tensors[op.inputs[1]].data).reshape(-1))
-        o = op.options
-        corners, half = bool(o.get("align_corners")), bool(o.get("half_pixel_centers"))
-        rows = ref.resize_nearest_neighbor(np.arange(h).reshape(1, h, 1, 1), (oh, 1),
-                                           corners, half).reshape(-1)
-        cols = ref.resize_nearest_neighbor(np.arange(w).reshape(1, 1, w, 1), (1, ow),
-                                           corners, half).reshape(-1)
-        name = _c_name(node.name)
-        kernel = self.op_kernel(resize_nearest_kernel(name, x.shape, (oh, ow)))
-        args = [x_ptr, self.output(node),
-                self.const(f"{name}_rows", "int32", rows.astype(np.int64) * (w * c)),
-                self.const(f"{name}_cols", "int32", cols.astype(np.int64) * c)]
-        return kernel, "dual", _call(kernel, args)
-
-    def reshape(self, node, op, in_place):
-        x, x_ptr = self.activation(op, 0)
-        out_ptr = self.output(node)
-        if in_place or x_ptr == out_ptr:
-            return "", "alias", ""
-        return "", "copy", f"memcpy({out_ptr}, {x_ptr}, {node.bytes});"
+    def argument(self, node, op: Operator, arg, x_ptr: str | None) -> str:
+        """One kernel argument (:mod:`.kernel_call`) as a C expression."""
+        if isinstance(arg, Operand):
+            if x_ptr is not None and arg.index == 0:
+                return x_ptr
+            return self.at(self.tensor_node[op.inputs[arg.index]])
+        if isinstance(arg, Result):
+            return self.output(node)
+        if isinstance(arg, Table):
+            return self.const(f"{_c_name(node.name)}_{arg.name}", arg.dtype, arg.values)
+        return "scratch16" if arg.dtype == "int16" else "scratch32"
 
 
-_HANDLERS = {"CONV_2D": _Emitter.window, "DEPTHWISE_CONV_2D": _Emitter.window,
-             "MAX_POOL_2D": _Emitter.window, "AVERAGE_POOL_2D": _Emitter.window,
-             "ADD": _Emitter.add, "MUL": _Emitter.binary, "MEAN": _Emitter.mean,
-             "FULLY_CONNECTED": _Emitter.fully_connected, "TRANSPOSE": _Emitter.transpose,
-             "CONCATENATION": _Emitter.concatenation, "PAD": _Emitter.pad,
-             "PADV2": _Emitter.pad, "STRIDED_SLICE": _Emitter.strided_slice,
-             "QUANTIZE": _Emitter.quantize, "DEQUANTIZE": _Emitter.dequantize,
-             "RELU": _Emitter.relu, "RELU6": _Emitter.relu,
-             "RESHAPE": _Emitter.reshape, "HARD_SWISH": _Emitter.lookup,
-             "LOGISTIC": _Emitter.lookup, "SOFTMAX": _Emitter.softmax,
-             "LOG_SOFTMAX": _Emitter.softmax_float, "ARG_MAX": _Emitter.arg_max,
-             "RESIZE_NEAREST_NEIGHBOR": _Emitter.resize_nearest}
-assert set(_HANDLERS) == set(SUPPORTED_OPS)
+assert set(KERNEL_OPS) == set(SUPPORTED_OPS)
 _REWRITE_HANDLERS = {"partial": _Emitter.conv_partial, "accumulate": _Emitter.conv_partial,
                      "requantize": _Emitter.conv_requantize,
                      "slice": _Emitter.depthwise_slice, "slice_into": _Emitter.depthwise_slice,
