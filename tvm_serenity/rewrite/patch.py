@@ -1,0 +1,515 @@
+"""Patch-based execution of a network's first layers (MCUNetV2-style, issue #16): the plan.
+
+The first layers of a CNN hold its largest activations. Computing the output of a *prefix* of
+window layers patch by patch (each patch from its own input region, halo included) means only
+one patch's intermediate tensors exist at a time; the prefix's full output is assembled in
+place. This module finds such a plan, prices it with the one memory model and checks it is
+exact with the numpy reference interpreter. (C emission is a later step.)
+
+Receptive fields
+----------------
+A *window layer* is CONV_2D, DEPTHWISE_CONV_2D (any kernel, 1x1 included), AVERAGE/MAX_POOL_2D
+(kernel ``k``, stride ``s``, dilation ``d``, padding ``[top, bottom, left, right]``; a folded
+PAD is part of its padding), an explicit spatial PAD (a 1x1 window whose padding is the PAD's)
+and a one-input elementwise operator (QUANTIZE, RELU, RELU6, HARD_SWISH, LOGISTIC, and ADD/MUL
+with a constant: a 1x1 window, no padding). Along one axis, output rows ``[a, b)`` of a layer
+read the padded input rows ``[a*s - p, (b-1)*s - p + (k-1)*d + 1)``: that range clipped to the
+input tensor is the patch's input region, and whatever lies outside the tensor is the padding
+this patch sees (only at true tensor borders: never more than the full layer's own padding).
+Running the layer on the region with that padding gives exactly rows ``[a, b)`` of the full
+output (the taps are the same values, in the same order). The prefix output is split into an
+``n x m`` grid (row and column sizes differing by at most one) and the regions are propagated
+backwards, layer by layer, to the prefix input. The halo recomputation costs
+``sum over patches and layers of region MACs - unpatched prefix MACs``, reported as a fraction
+of the whole network's MACs (conv, depthwise, fully connected; pools count their taps).
+
+The patched graph
+-----------------
+In the graph IR, judged by :mod:`tvm_serenity.memory` like any other graph: for patch ``p``
+(row-major) and prefix layer ``l < last`` one plain node of the patch region's bytes reading
+patch ``p``'s node of layer ``l - 1`` (or the graph input); the prefix output is a chain
+``Y0 -> Y1 -> ... -> YP``: ``Y0`` an allocation (no inputs, the full output's bytes) and patch
+``p``'s last-layer node an ``"alias"`` over ``Y(p-1)`` that also reads patch ``p``'s previous
+layer, so the full output is live from the first patch on and each patch writes its part into
+it (``mem_during = live_before``). The rest of the network is unchanged and reads ``YP``. With
+``stream_input=True`` the graph input is no ``input`` node: each patch gets an input-region
+node (no inputs, the region's bytes), i.e. the input arrives patch by patch (a camera, a
+streamed file) instead of being resident from the start.
+
+The search
+----------
+Prefixes are chains from the graph input (each intermediate tensor read only by the next
+layer). For prefix lengths 1, 2, ... and every grid ``n x m`` with ``1 <= n, m <= 8`` (not 1x1,
+at most one patch per output row/column) within ``max_overhead``, the patched graph is ordered
+by the project's exact scheduler (``serenity`` by default) and the lowest whole-network peak
+is kept. The prefix grows until a plan below the unpatched peak is known and no step after
+the prefix in the unpatched order (the same scheduler on the unpatched graph) reaches that
+plan's peak: from there on the peak is no longer in what is left unpatched, and a longer
+prefix only adds halo. One deadline bounds the search (each schedule gets a
+share of what is left). :func:`plan_patches` returns a :class:`PatchPlan`, or None when no
+plan has a lower peak than the unpatched network under the same scheduler.
+
+Exactness
+---------
+:func:`run_patched` runs the prefix patch by patch with the reference interpreter's integer
+kernels on the regions (the input region sliced, padded only where the full layer pads),
+writes each patch into the full output, and runs the rest of the model with the interpreter.
+Tests compare it byte for byte with :func:`tvm_serenity.frontend.reference.run`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import SerenityError
+from ..graph import Graph, Node
+from ..memory import simulate
+from ..schedule import Deadline, ScheduleResult, schedule
+from ..frontend import reference
+from ..frontend.tflite_model import TFLiteModel
+
+__all__ = ["PatchError", "Window", "LayerRegion", "PatchPlan", "window_of", "prefix_chain",
+           "split_extent", "input_range", "patch_regions", "prefix_macs", "network_macs",
+           "patched_graph", "without_inplace", "plan_patches", "plan_for", "run_patched",
+           "GRID_MAX"]
+
+GRID_MAX = 8
+_CONVS = ("conv2d", "depthwise_conv2d")
+_POOLS = ("avg_pool2d", "max_pool2d")
+_PADS = ("pad", "padv2")
+_ELEMENTWISE = ("quantize", "relu", "relu6", "relu_n1_to_1", "hard_swish", "logistic",
+                "add", "mul")
+_ELEMENTWISE_TFLITE = {"QUANTIZE", "RELU", "RELU6", "RELU_N1_TO_1", "HARD_SWISH", "LOGISTIC",
+                       "ADD", "MUL"}
+
+
+class PatchError(SerenityError, ValueError):
+    """A patch plan does not fit the graph or model it is applied to."""
+
+
+Span = tuple[int, int]                    # [start, stop) along one axis
+
+
+@dataclass(frozen=True)
+class Window:
+    """One prefix layer's geometry (a 1x1 window without padding for elementwise layers)."""
+
+    name: str
+    op: str
+    tflite_index: int
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    dilation: tuple[int, int]
+    padding: tuple[int, int, int, int]    # top, bottom, left, right
+    in_hw: tuple[int, int]
+    out_hw: tuple[int, int]
+    out_pixel_bytes: int                  # bytes of one output pixel (all channels)
+    macs_per_pixel: int                   # MACs (pool: taps) per output pixel
+
+
+@dataclass(frozen=True)
+class LayerRegion:
+    """What one patch computes of one layer: output rows/cols, the input region it reads and
+    the padding that region sees (top, bottom, left, right; nonzero only at true borders)."""
+
+    layer: str
+    out_rows: Span
+    out_cols: Span
+    in_rows: Span
+    in_cols: Span
+    padding: tuple[int, int, int, int]
+
+    @property
+    def out_pixels(self) -> int:
+        return (self.out_rows[1] - self.out_rows[0]) * (self.out_cols[1] - self.out_cols[0])
+
+    @property
+    def in_pixels(self) -> int:
+        return (self.in_rows[1] - self.in_rows[0]) * (self.in_cols[1] - self.in_cols[0])
+
+
+@dataclass(frozen=True)
+class PatchPlan:
+    """A chosen patch plan and its figures (bytes from the memory model)."""
+
+    input: str                            # the graph input the prefix reads
+    layers: tuple[str, ...]               # prefix layer names, first to last
+    windows: tuple[Window, ...]
+    grid: tuple[int, int]                 # patch rows x patch columns
+    regions: tuple[tuple[LayerRegion, ...], ...]   # per patch (row-major), per layer
+    stream_input: bool                    # the objective: input streamed per patch or resident
+    peak_unpatched: int
+    peak_full_input: int                  # patched, the whole input resident from the start
+    peak_streamed: int                    # patched, the input arriving patch by patch
+    extra_macs: int
+    extra_macs_fraction: float            # of the whole network's MACs
+    prefix_overhead: float                # of the prefix's MACs
+    order: tuple[str, ...]                # the schedule of the objective's patched graph
+    seconds: float
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.peak_streamed if self.stream_input else self.peak_full_input
+
+
+# --------------------------------------------------------------------------- geometry
+def _hw(shape) -> tuple[int, int]:
+    return int(shape[1]), int(shape[2])
+
+
+def window_of(graph: Graph, name: str) -> Window | None:
+    """The window geometry of node ``name``, or None when it is no NHWC window layer."""
+    node = graph[name]
+    a = node.attrs
+    if len(node.inputs) != 1 or node.shape is None or len(node.shape) != 4 \
+            or node.shape[0] != 1 or "tflite_index" not in a:
+        return None
+    out_hw = _hw(node.shape)
+    pixel = node.bytes // (out_hw[0] * out_hw[1]) if out_hw[0] * out_hw[1] else 0
+    if node.op in _CONVS + _POOLS:
+        kernel, stride = tuple(a["kernel"]), tuple(a["stride"])
+        dilation = tuple(a.get("dilation", (1, 1)))
+        cout = int(node.shape[3])
+        if node.op == "conv2d":
+            per_pixel = kernel[0] * kernel[1] * (int(a["in_shape"][3]) // a["groups"]) * cout
+        else:
+            per_pixel = kernel[0] * kernel[1] * cout
+        return Window(name, node.op, a["tflite_index"], kernel, stride, dilation,
+                      tuple(a["padding"]), _hw(a["in_shape"]), out_hw, pixel, per_pixel)
+    in_shapes = a.get("in_shapes")
+    if not in_shapes or len(in_shapes[0]) != 4:
+        return None
+    in_hw = _hw(in_shapes[0])
+    if node.op in _PADS:
+        p = a.get("paddings")
+        if p is None or p[0] != [0, 0] or p[3] != [0, 0] or min(p[1] + p[2]) < 0:
+            return None
+        return Window(name, node.op, a["tflite_index"], (1, 1), (1, 1), (1, 1),
+                      (p[1][0], p[1][1], p[2][0], p[2][1]), in_hw, out_hw, pixel, 0)
+    if node.op in _ELEMENTWISE and in_hw == out_hw:
+        return Window(name, node.op, a["tflite_index"], (1, 1), (1, 1), (1, 1), (0, 0, 0, 0),
+                      in_hw, out_hw, pixel, 0)
+    return None
+
+
+def prefix_chain(graph: Graph) -> tuple[str, list[Window]]:
+    """The graph input and the longest chain of window layers from it: the first reads the
+    input (its only reader), each reads the previous one, the only reader of each tensor but
+    the last, which is no graph output. ``("", [])`` when the graph has no such start."""
+    inputs = graph.input_names
+    if len(inputs) != 1 or len(graph.consumers[inputs[0]]) != 1:
+        return "", []
+    chain: list[Window] = []
+    prev = inputs[0]
+    while True:
+        readers = graph.consumers[prev]
+        if len(readers) != 1 or (chain and prev in graph.outputs):
+            break
+        window = window_of(graph, readers[0])
+        if window is None:
+            break
+        chain.append(window)
+        prev = window.name
+    return inputs[0], chain
+
+
+def split_extent(extent: int, parts: int) -> list[Span]:
+    """``[0, extent)`` in ``parts`` consecutive spans whose sizes differ by at most one."""
+    bounds = [extent * i // parts for i in range(parts + 1)]
+    return [(bounds[i], bounds[i + 1]) for i in range(parts)]
+
+
+def input_range(out: Span, in_extent: int, kernel: int, stride: int, dilation: int,
+                pad_before: int) -> tuple[Span, int, int]:
+    """Input rows (clipped to the tensor) that output rows ``out`` read, and the padding
+    before and after them that this region sees."""
+    lo = out[0] * stride - pad_before
+    hi = (out[1] - 1) * stride - pad_before + (kernel - 1) * dilation + 1
+    start, stop = max(lo, 0), min(hi, in_extent)
+    return (start, stop), start - lo, hi - stop
+
+
+def patch_regions(windows: list[Window], grid: tuple[int, int]
+                  ) -> list[tuple[LayerRegion, ...]]:
+    """Per patch of the last layer's ``grid`` (row-major), per layer: its region."""
+    last = windows[-1]
+    out = []
+    for patch_rows in split_extent(last.out_hw[0], grid[0]):
+        for patch_cols in split_extent(last.out_hw[1], grid[1]):
+            rows, cols = patch_rows, patch_cols
+            regions = []
+            for w in reversed(windows):
+                in_rows, top, bottom = input_range(rows, w.in_hw[0], w.kernel[0], w.stride[0],
+                                                   w.dilation[0], w.padding[0])
+                in_cols, left, right = input_range(cols, w.in_hw[1], w.kernel[1], w.stride[1],
+                                                   w.dilation[1], w.padding[2])
+                regions.append(LayerRegion(w.name, rows, cols, in_rows, in_cols,
+                                           (top, bottom, left, right)))
+                rows, cols = in_rows, in_cols
+            out.append(tuple(reversed(regions)))
+    return out
+
+
+def prefix_macs(windows: list[Window], regions=None) -> int:
+    """MACs of the prefix: unpatched, or summed over the patches' ``regions``."""
+    if regions is None:
+        return sum(w.out_hw[0] * w.out_hw[1] * w.macs_per_pixel for w in windows)
+    return sum(r.out_pixels * w.macs_per_pixel
+               for patch in regions for w, r in zip(windows, patch))
+
+
+def network_macs(graph: Graph) -> int:
+    """MACs of the whole network: windows (pool taps) and fully connected layers."""
+    total = 0
+    for name, node in graph.nodes.items():
+        w = window_of(graph, name)
+        if w is not None:
+            total += w.out_hw[0] * w.out_hw[1] * w.macs_per_pixel
+        elif node.op == "fully_connected":
+            total += int(np.prod(node.attrs["in_shapes"][0])) * node.attrs["units"]
+    return total
+
+
+# ------------------------------------------------------------------------- graph IR
+def patched_graph(graph: Graph, input_name: str, windows: list[Window],
+                  regions: list[tuple[LayerRegion, ...]], stream_input: bool = False) -> Graph:
+    """The graph with the prefix ``windows`` computed patch by patch (module docstring)."""
+    last = windows[-1]
+    input_node = graph[input_name]
+    in_pixel = input_node.bytes // (windows[0].in_hw[0] * windows[0].in_hw[1])
+    prefix = {w.name for w in windows}
+    alloc = Node(f"{last.name}.alloc", "patch_output", (), graph[last.name].bytes,
+                 graph[last.name].shape, graph[last.name].dtype, {"patched": last.name})
+    nodes: list[Node] = [] if stream_input else [input_node]
+    nodes.append(alloc)
+    y = alloc.name
+    for p, patch in enumerate(regions):
+        tag = f"patch{p}"
+        src = input_name
+        if stream_input:
+            first = patch[0]
+            src = f"{input_name}.{tag}"
+            nodes.append(Node(src, "input_region", (), first.in_pixels * in_pixel,
+                              (1, first.in_rows[1] - first.in_rows[0],
+                               first.in_cols[1] - first.in_cols[0], input_node.shape[3]),
+                              input_node.dtype, {"patch": p, "rows": list(first.in_rows),
+                                                 "cols": list(first.in_cols)}))
+        for w, r in zip(windows, patch):
+            orig = graph[w.name]
+            attrs = {"patched": w.name, "patch": p, "rows": list(r.out_rows),
+                     "cols": list(r.out_cols), "patch_padding": list(r.padding)}
+            shape = (1, r.out_rows[1] - r.out_rows[0], r.out_cols[1] - r.out_cols[0],
+                     orig.shape[3])
+            name = f"{w.name}.{tag}"
+            if w is last:
+                nodes.append(Node(name, orig.op, (y, src), orig.bytes, orig.shape, orig.dtype,
+                                  attrs, "alias"))
+                y = name
+            else:
+                nodes.append(Node(name, orig.op, (src,), r.out_pixels * w.out_pixel_bytes,
+                                  shape, orig.dtype, attrs))
+            src = name
+    rename = {last.name: y}
+    for name, node in graph.nodes.items():
+        if name in prefix or name == input_name:
+            continue
+        nodes.append(dataclasses.replace(
+            node, inputs=tuple(rename.get(s, s) for s in node.inputs)))
+    return Graph(nodes, [rename.get(o, o) for o in graph.outputs], f"{graph.name}.patched")
+
+
+# --------------------------------------------------------------------------- search
+def without_inplace(graph: Graph) -> Graph:
+    """``graph`` with every node plain (no RiP workspace, no alias)."""
+    return Graph([dataclasses.replace(n, inplace=None) for n in graph.nodes.values()],
+                 graph.outputs, graph.name)
+
+
+def plan_patches(graph: Graph, *, max_overhead: float = 0.2, stream_input: bool = False,
+                 method: str = "serenity", inplace: bool = True, grid_max: int = GRID_MAX,
+                 time_limit: float | Deadline | None = 120.0) -> PatchPlan | None:
+    """The patch plan with the lowest whole-network peak (module docstring), or None when
+    none is below the unpatched peak or within ``max_overhead`` extra MACs (a fraction of the
+    network's MACs). ``stream_input`` picks the objective; both figures are reported.
+    Scheduling always runs the memory model with in-place execution (the output chain's
+    aliases are what writing a patch into the full output means); ``inplace=False`` drops
+    the network's own in-place flags (RiP workspaces, aliases) first, for both the unpatched
+    and the patched figures."""
+    t0 = time.perf_counter()
+    deadline = Deadline.of(time_limit)
+    graph = graph if inplace else without_inplace(graph)
+    input_name, chain = prefix_chain(graph)
+    if not chain:
+        return None
+    base = schedule(graph, method, time_limit=deadline.share(0.2))
+    base_order = list(base.order)
+    base_steps = simulate(graph, base_order).step_bytes
+    total_macs = network_macs(graph)
+    best: tuple | None = None       # (peak, prefix length, grid, schedule)
+    for k in range(1, len(chain) + 1):
+        windows = chain[:k]
+        last = windows[-1]
+        grids = [(n, m) for n in range(1, min(grid_max, last.out_hw[0]) + 1)
+                 for m in range(1, min(grid_max, last.out_hw[1]) + 1) if n * m > 1]
+        grids.sort(key=lambda g: (g[0] * g[1], abs(g[0] - g[1])))
+        unpatched_macs = prefix_macs(windows)
+        best_k: tuple | None = None
+        for n_grid, grid in enumerate(grids):
+            if deadline.expired():
+                break
+            regions = patch_regions(windows, grid)
+            extra = prefix_macs(windows, regions) - unpatched_macs
+            if extra > max_overhead * total_macs:
+                continue
+            g = patched_graph(graph, input_name, windows, regions, stream_input)
+            share = 1.0 / max(1, (len(chain) - k + 1) * (len(grids) - n_grid))
+            res = schedule(g, method, time_limit=deadline.share(share))
+            if best_k is None or res.peak_bytes < best_k[0]:
+                best_k = (res.peak_bytes, k, grid, res)
+        if best_k is not None and (best is None or best_k[0] < best[0]):
+            best = best_k
+        if best_k is None or deadline.expired():
+            break
+        position = base_order.index(last.name)
+        if best[0] < base.peak_bytes and max(base_steps[position + 1:], default=0) < best[0]:
+            break
+    if best is None or best[0] >= base.peak_bytes:
+        return None
+    return plan_for(graph, best[1], best[2], stream_input=stream_input, method=method,
+                    inplace=inplace, time_limit=max(1.0, deadline.remaining()),
+                    peak_unpatched=base.peak_bytes, objective=best[3], started=t0)
+
+
+def plan_for(graph: Graph, prefix_length: int, grid: tuple[int, int], *,
+             stream_input: bool = False, method: str = "serenity", inplace: bool = True,
+             time_limit: float | Deadline | None = 60.0, peak_unpatched: int | None = None,
+             objective: ScheduleResult | None = None, started: float | None = None
+             ) -> PatchPlan:
+    """The plan patching the first ``prefix_length`` layers of :func:`prefix_chain` with
+    ``grid``, both patched graphs (input resident, streamed) ordered by ``method``
+    (``objective``: the schedule already found for the ``stream_input`` one)."""
+    t0 = time.perf_counter() if started is None else started
+    deadline = Deadline.of(time_limit)
+    graph = graph if inplace else without_inplace(graph)
+    input_name, chain = prefix_chain(graph)
+    if not 1 <= prefix_length <= len(chain):
+        raise PatchError(f"graph '{graph.name}': prefix length {prefix_length} is not within "
+                         f"the {len(chain)} window layers chained from its input")
+    windows = chain[:prefix_length]
+    if not (1 <= grid[0] <= windows[-1].out_hw[0] and 1 <= grid[1] <= windows[-1].out_hw[1]):
+        raise PatchError(f"layer '{windows[-1].name}': grid {grid[0]}x{grid[1]} does not fit "
+                         f"its {windows[-1].out_hw[0]}x{windows[-1].out_hw[1]} output")
+    if peak_unpatched is None:
+        peak_unpatched = schedule(graph, method, time_limit=deadline.share(0.3)).peak_bytes
+    regions = patch_regions(windows, grid)
+    results = {} if objective is None else {stream_input: objective}
+    for streamed in (stream_input, not stream_input):
+        if streamed in results:
+            continue
+        g = patched_graph(graph, input_name, windows, regions, streamed)
+        results[streamed] = schedule(g, method, time_limit=deadline.share(0.5))
+    extra = prefix_macs(windows, regions) - prefix_macs(windows)
+    total = network_macs(graph)
+    return PatchPlan(input_name, tuple(w.name for w in windows), tuple(windows), tuple(grid),
+                     tuple(regions), stream_input, peak_unpatched, results[False].peak_bytes,
+                     results[True].peak_bytes, extra, extra / total if total else 0.0,
+                     extra / prefix_macs(windows) if prefix_macs(windows) else 0.0,
+                     tuple(results[stream_input].order), time.perf_counter() - t0)
+
+
+# ------------------------------------------------------------------- numpy execution
+def _layer_on_region(model: TFLiteModel, kernels: dict, w: Window, region: LayerRegion,
+                     x: np.ndarray) -> np.ndarray:
+    """Layer ``w`` on its input region ``x`` with the region's padding: the patch's output
+    (``kernels``: the interpreter's prepared kernel of each operator index)."""
+    op = model.operator(w.tflite_index)
+    pad = region.padding
+    if w.op in _CONVS:
+        params = dataclasses.replace(reference.conv_params(model, op), padding=pad)
+        weights = model.tensors[op.inputs[1]].data
+        cout = model.tensors[op.outputs[0]].shape[3]
+        bias = model.tensors[op.inputs[2]].data.reshape(cout) \
+            if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
+        fn = reference.conv2d_int8 if w.op == "conv2d" else reference.depthwise_conv2d_int8
+        return fn(x, weights, bias, params)
+    out = model.tensors[op.outputs[0]]
+    if w.op in _POOLS:
+        act = op.options.get("fused_activation_function", "NONE")
+        q = out.quant
+        params = reference.PoolParams(w.kernel, w.stride, pad, *reference.activation_range(
+            act, q.scalar_scale, q.scalar_zero_point))
+        fn = reference.average_pool_int8 if w.op == "avg_pool2d" else reference.max_pool_int8
+        return fn(x, params)
+    if w.op in _PADS:
+        value = out.quant.scalar_zero_point if out.dtype == "int8" else 0
+        if len(op.inputs) > 2 and op.inputs[2] >= 0:
+            value = model.tensors[op.inputs[2]].data.reshape(-1)[0]
+        return reference.pad(x, [[0, 0], [pad[0], pad[1]], [pad[2], pad[3]], [0, 0]], value)
+    if op.op not in _ELEMENTWISE_TFLITE:
+        raise PatchError(f"{model.where(op)}: {op.op} is no patchable layer")
+    args = []
+    for i in op.inputs:
+        t = model.tensors[i] if i >= 0 else None
+        if t is None or t.data is None:
+            args.append(x if t is not None else None)
+        elif t.data.ndim == 4 and t.data.shape[1:3] == tuple(w.out_hw):
+            args.append(t.data[:, slice(*region.out_rows), slice(*region.out_cols)])
+        else:
+            args.append(t.data)
+    return np.asarray(kernels[op.index](args)).astype(out.dtype, copy=False)
+
+
+def run_patched(model: TFLiteModel, plan: PatchPlan, inputs) -> list[np.ndarray]:
+    """The model's outputs with the plan's prefix computed patch by patch (module
+    docstring); ``inputs`` as for :func:`tvm_serenity.frontend.reference.run`."""
+    interp = reference.Interpreter(model)
+    values = interp._feed(inputs)
+    kernels = {op.index: k for op, k in zip(model.operators, interp._kernels)}
+    tensors = model.tensors
+    if len(model.inputs) != 1:
+        raise PatchError(f"{model.source}: a patch plan needs a model with one input, this "
+                         f"one has {len(model.inputs)}")
+    last = model.operator(plan.windows[-1].tflite_index)
+    x_full = values[model.inputs[0]]
+    y_tensor = tensors[last.outputs[0]]
+    y = np.zeros(y_tensor.shape, dtype=y_tensor.dtype)
+    for patch in plan.regions:
+        r0 = patch[0]
+        x = x_full[:, slice(*r0.in_rows), slice(*r0.in_cols)]
+        for w, region in zip(plan.windows, patch):
+            x = _layer_on_region(model, kernels, w, region, x)
+            want = (1, region.out_rows[1] - region.out_rows[0],
+                    region.out_cols[1] - region.out_cols[0])
+            if x.shape[:3] != want:
+                raise PatchError(f"layer '{w.name}': patch output {list(x.shape)} is not the "
+                                 f"region {list(want)}")
+        y[:, slice(*patch[-1].out_rows), slice(*patch[-1].out_cols)] = x
+    values[last.outputs[0]] = y
+    skipped = _prefix_ops(model, {w.tflite_index for w in plan.windows})
+    for op, kernel in zip(model.operators, interp._kernels):
+        if op.index in skipped:
+            continue
+        args = [None if i < 0 else (tensors[i].data if tensors[i].data is not None
+                                    else values[i]) for i in op.inputs]
+        t = tensors[op.outputs[0]]
+        values[op.outputs[0]] = np.asarray(kernel(args)).astype(t.dtype, copy=False) \
+            .reshape(t.shape)
+    return [values[i] for i in model.outputs]
+
+
+def _prefix_ops(model: TFLiteModel, layer_ops: set[int]) -> set[int]:
+    """The prefix's operators: its layers and the (folded) PADs only they read."""
+    consumers = model.consumers()
+    skipped = set(layer_ops)
+    for op in reversed(model.operators):
+        if op.index in skipped or op.op not in ("PAD", "PADV2"):
+            continue
+        readers = consumers.get(op.outputs[0], [])
+        if readers and all(r in skipped for r in readers) \
+                and op.outputs[0] not in model.outputs:
+            skipped.add(op.index)
+    return skipped
