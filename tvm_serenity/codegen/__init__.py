@@ -12,12 +12,15 @@
   in place, their requantization, depthwise slices written into a shared output).
 * ``kernel_call``: which kernel each TFLite operator runs and with which arguments (what
   ``graph_c`` renders as C).
-* ``graph_c``: a whole model as C (one static arena at planned offsets), ``ops``: the
-  hand-written C operators it uses besides the TIR kernels.
+* ``layout_ops``, ``elementwise_ops``: the other int8 operators' kernels as TIR (MEAN,
+  FULLY_CONNECTED, data movement; requantization, activations, tables, broadcasting MUL/ADD,
+  SOFTMAX, the float32 QUANTIZE/DEQUANTIZE edges).
+* ``graph_c``: a whole model as C (one static arena at planned offsets), ``ops``: the shared
+  helpers and the float32 SOFTMAX / LOG_SOFTMAX / ARG_MAX kernels, still written as C text.
 
-Supported ops: CONV_2D (any kernel, stride, dilation, asymmetric padding; pointwise is the 1x1
-case), DEPTHWISE_CONV_2D (multiplier 1), MAX_POOL_2D, AVERAGE_POOL_2D and same-shape ADD, all
-bit-exact with TFLite's int8 reference kernels (``frontend.reference``).
+Window kernels: CONV_2D (any kernel, stride, dilation, asymmetric padding; pointwise is the 1x1
+case), DEPTHWISE_CONV_2D (multiplier 1), MAX_POOL_2D, AVERAGE_POOL_2D and same-shape ADD; every
+kernel bit-exact with TFLite's int8 reference kernels (``frontend.reference``).
 """
 
 from .kernels import build_llvm, default_kernel_name, make_prim_func

@@ -222,7 +222,7 @@ def requantize(x, multiplier, shift):
 
 def requantize_prim_func(name: str = REQUANTIZE_SYMBOL) -> tirx.PrimFunc:
     """``int32 name(int32 x, int32 multiplier, int32 shift)`` returning :func:`requantize`:
-    the C helper of the hand-written operators (``plain_c.requantize_c_function``)."""
+    the expression every kernel inlines, alone (``plain_c.requantize_c_function``)."""
     with IRBuilder() as builder:
         with T.prim_func():
             T.func_name(name)
