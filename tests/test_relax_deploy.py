@@ -38,6 +38,13 @@ def test_compile_writes_library_report_and_inputs(build):
     assert "identity rewrites kept: 1" in summary
     assert f"arena {arena['arena_bytes']:,} B" in summary
     assert f"StaticPlanBlockMemory {arena['static_plan_bytes']:,} B" in summary
+    # rip="auto" (the default): both builds planned, the smaller kept and said so
+    choice = passes["rip"]
+    assert report["options"]["rip"] == "auto"
+    assert arena["arena_bytes"] == min(choice["arena_bytes"].values())
+    assert arena["arena_bytes"] == choice["arena_bytes"][choice["chosen"]]
+    line = "RiP kernels kept" if choice["chosen"] == "rip" else "RiP kernels not kept"
+    assert line in summary
 
 
 def test_run_is_bit_exact_on_saved_and_given_inputs(build):
@@ -140,3 +147,14 @@ def test_edited_or_foreign_build_files_are_refused(build, tmp_path):
     (foreign / REPORT_FILE).write_text("{}")
     with pytest.raises(SerenityError, match="is not a tvm-serenity build"):
         run_relax(foreign)
+
+
+def test_summary_says_which_rip_build_was_kept():
+    from tvm_serenity.relax_deploy import _rip_line
+    arena = {"in_place": ["a_rip", "b_rip"], "dual": ["c_rip_dual"]}
+    kept = _rip_line({"chosen": "rip", "arena_bytes": {"plain": 16000, "rip": 8832}}, arena)
+    assert kept == ["RiP kernels kept: 2 in place, 1 on two buffers (arena without RiP: "
+                    "16,000 B)"]
+    plain = _rip_line({"chosen": "plain", "arena_bytes": {"plain": 256, "rip": 256}}, arena)
+    assert plain == ["RiP kernels not kept: no smaller arena (with RiP: 256 B)"]
+    assert _rip_line(None, arena) == []

@@ -72,7 +72,21 @@ class RelaxBuild:
             f"{sched.get('optimal')})",
             f"arena {arena['arena_bytes']:,} B in one allocation (liveness peak "
             f"{arena['liveness_peak_bytes']:,} B) vs TVM's StaticPlanBlockMemory "
-            f"{arena['static_plan_bytes']:,} B for the same module"])
+            f"{arena['static_plan_bytes']:,} B for the same module",
+            *_rip_line(r["passes"].get("rip"), arena)])
+
+
+def _rip_line(choice: dict | None, arena: dict) -> list[str]:
+    """What the RiP comparison of ``rip="auto"`` decided, as one summary line (none when the
+    build was forced one way)."""
+    if choice is None:
+        return []
+    sizes = choice["arena_bytes"]
+    if choice["chosen"] == "rip":
+        return [f"RiP kernels kept: {len(arena['in_place'])} in place, "
+                f"{len(arena['dual'])} on two buffers (arena without RiP: "
+                f"{sizes['plain']:,} B)"]
+    return [f"RiP kernels not kept: no smaller arena (with RiP: {sizes['rip']:,} B)"]
 
 
 @dataclass(frozen=True)
