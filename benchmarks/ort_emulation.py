@@ -107,7 +107,6 @@ def attrs_of(node):
 
 def conv_geometry(node, x, w):
     a = attrs_of(node)
-    k = w.shape[2:]
     pads = list(a.get("pads", [0] * 4))
     auto = a.get("auto_pad", b"NOTSET")
     if auto not in (b"NOTSET", "NOTSET", b"VALID"):

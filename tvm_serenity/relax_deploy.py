@@ -118,7 +118,8 @@ def compile_relax(path: str | os.PathLike, out_dir: str | os.PathLike = "serenit
     host into ``out_dir`` (module docstring). ``method``/``planner``/``rewrite``/``rip``/
     ``time_limit``: options of
     :func:`~tvm_serenity.passes.serenity_pipeline` (``rip="auto"``: with and without RiP, the
-    smaller arena kept; the time limit bounds the scheduler and the arena solver, each). ``out_dir`` is written atomically, only when new, empty or an intact
+    smaller arena kept; the time limit bounds the scheduler and the arena solver, each).
+    ``out_dir`` is written atomically, only when new, empty or an intact
     earlier build (``force``: also an edited one; :mod:`tvm_serenity.builddir`)."""
     import tvm
 

@@ -123,7 +123,6 @@ from ..graph import Graph
 from ..memory import InPlaceStep
 from ..alloc.plan import Move
 from ..frontend import reference as ref
-from ..frontend import reference as ref
 from ..frontend.reference import conv_params, validate
 from ..frontend.tflite_model import Operator, Tensor, TFLiteModel, UnsupportedOperatorError
 from ..frontend.to_graph import foldable_pads

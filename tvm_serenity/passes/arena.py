@@ -90,8 +90,8 @@ class FunctionArena:
     offsets: dict[str, int] = field(default_factory=dict)
     in_place: list[str] = field(default_factory=list)   # RiP kernels run in the arena
     moved: list[str] = field(default_factory=list)      # of those, input memmoved right first
-    dual: list[str] = field(default_factory=list)       # RiP kernels laid out apart: run on
-                                                        # two buffers (their dual layout)
+    dual: list[str] = field(default_factory=list)       # calls of RiP kernels laid out apart,
+                                                        # run on two buffers (dual layout)
     graph: dict = field(default_factory=dict, compare=False)   # the graph planned (JSON, in
                                                                # binding order): for reports
 
@@ -211,7 +211,7 @@ class ArenaPlan:
                   if (r := self._rounds(bb, mod, fname, func, dual)) is not None]
         if not rounds:
             return None
-        # the same arena either way: prefer the dual kernels (no copies to run)
+        # min keeps the first on a tie: the dual kernels (no copies to run)
         mod, func, bindings, layout, plan, realized = min(
             rounds, key=lambda r: r[4].arena_bytes)
         bg = layout.bg
@@ -231,12 +231,11 @@ class ArenaPlan:
             status=plan.status, optimal=plan.optimal, seconds=plan.seconds, offsets=offsets,
             in_place=[bg.graph[g.kernel].attrs["callee"] for g in layout.groups],
             moved=[bg.graph[g.kernel].attrs["callee"] for g in moved],
-            dual=sorted({str(b.value.op.name_hint) for b in bindings
-                         if _rip_role(mod, b.value) == "dual"}),
+            dual=[str(b.value.op.name_hint) for b in bindings
+                  if _rip_role(mod, b.value) == "dual"],
             graph=layout.graph.to_json())
         at = {bg.vars[n]: off for n, off in offsets.items()}
         return entry, _place_in_arena(func, at, plan.arena_bytes, drop, replaced)
-
 
     def _rounds(self, bb: relax.BlockBuilder, mod: tvm.IRModule, fname: str,
                 func: relax.Function, dual: bool):
@@ -283,8 +282,10 @@ def _without_idle_rip_funcs(mod: tvm.IRModule) -> tvm.IRModule:
                 func.body, lambda e: called.add(e) if isinstance(e, tvm.ir.GlobalVar) else None)
     idle = [g for g, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)
             and f.attrs is not None and RIP_ROLE_ATTR in f.attrs and g not in called]
-    for gvar in idle:
-        del mod[gvar]
+    if idle:
+        mod = mod.clone()           # never the caller's module
+        for gvar in idle:
+            del mod[gvar]
     return mod
 
 

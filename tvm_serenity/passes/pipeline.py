@@ -75,7 +75,7 @@ def serenity_pipeline(*, method: str = "serenity", time_limit: float | None = No
     ``rewrite``: :class:`~.rewrite.IdentityGraphRewrite` (``method`` and ``time_limit`` also
     judge its trials).
     """
-    if rip not in RIP_OPTIONS or isinstance(rip, int) and not isinstance(rip, bool):
+    if not (isinstance(rip, bool) or rip == "auto"):
         raise PassError(f"serenity_pipeline: rip must be one of {RIP_OPTIONS}, got {rip!r}")
     options = {"method": method, "time_limit": time_limit, "inplace": inplace,
                "planner": planner, "alignment": alignment, "plan_time_limit": plan_time_limit,
