@@ -103,7 +103,9 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from .kernels import _cast, _if_else, _let, _local, _loop, _store, _store_clamped, _u32, requantize
+from .kernels import (_cast, _extern, _if_else, _let, _local, _loop, _store, _store_clamped,
+                      _u32, requantize)
+from .kernels import _size as _bytes
 from .ops import (_RECIPROCAL_32_17, _RECIPROCAL_48_17, SOFTMAX_ACCUMULATION_BITS, OpKernel,
                   _broadcast_strides, _check_int8, _check_requant, _pad4, _plus, _strides)
 from .plain_c import emit_c_function
@@ -443,14 +445,7 @@ def float32_const(value: float):
 
 def _memcpy(destination, source):
     """``memcpy(destination, source, 4)`` of two buffer elements' addresses."""
-    T.evaluate(T.call_extern("handle", "memcpy", T.address_of(destination),
-                             T.address_of(source), tirx.const(4, "uint64")))
-
-
-def _float_local(name: str):
-    buffer = T.alloc_buffer((1,), "float32")
-    IRBuilder.name(name, buffer)
-    return buffer
+    _extern("memcpy", T.address_of(destination), T.address_of(source), _bytes(4))
 
 
 def _f32(value: float):
@@ -464,7 +459,7 @@ def float_quantize_prim_func(elements: int, scale: float, zero_point: int,
 
     def emit(b):
         with _loop("i", elements) as i:
-            x = _float_local("x")
+            x = _local("x", dtype="float32")
             _memcpy(x[0], b["input"][4 * i])
             v = _let("v", tirx.Div(x[0], float32_const(scale)), "float32")
             v = _let("low_clamped", _select(v >= _f32(low - 1), v, _f32(low - 1)),
@@ -505,7 +500,7 @@ def dequantize_prim_func(elements: int, scale: float, zero_point: int,
     """int8 -> float32 DEQUANTIZE, TFLM's ``Dequantize`` (module docstring)."""
     def emit(b):
         with _loop("i", elements) as i:
-            y = _float_local("y")
+            y = _local("y", dtype="float32")
             _store(y, 0, tirx.Mul(float32_const(scale),
                                   _cast("float32", _i32(b["input"][i]) - zero_point)))
             _memcpy(b["output"][4 * i], y[0])

@@ -117,11 +117,23 @@ def _store(buffer, index, value):
     T.buffer_store(buffer, value, list(index) if isinstance(index, tuple) else [index])
 
 
-def _local(name: str, elements: int = 1):
-    """A small int32 array the C compiler keeps in registers (``int32_t name[n]``)."""
-    buffer = T.alloc_buffer((elements,), "int32")
+def _local(name: str, elements: int = 1, dtype: str = "int32"):
+    """A small array the C compiler keeps in registers (``int32_t name[n]``)."""
+    buffer = T.alloc_buffer((elements,), dtype)
     IRBuilder.name(name, buffer)
     return buffer
+
+
+def _extern(function: str, *args):
+    """``function(args...);``, a C library call (``void *`` result dropped)."""
+    T.evaluate(tirx.call_extern("handle", function, *args))
+
+
+def _size(count: int):
+    """A ``size_t`` argument: 64-bit, so the llvm build declares ``memcpy`` / ``memset`` as the
+    host's C library defines them; in the C it is a constant the call converts (no 64-bit
+    arithmetic)."""
+    return tirx.const(count, "uint64")
 
 
 def _if_else(condition, then_body, else_body):

@@ -58,7 +58,8 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from .kernels import _cast, _let, _local, _loop, _store, _store_clamped, requantize
+from .kernels import (_cast, _extern, _let, _local, _loop, _size, _store, _store_clamped,
+                      requantize)
 from .ops import OpKernel, _check_int8, _check_requant, _pad4, _strides
 from .plain_c import emit_c_function
 from .spec import CodegenError
@@ -96,18 +97,6 @@ def _nest(names, extents):
     with ExitStack() as stack:
         yield [stack.enter_context(_loop(n, e)) if e > 1 else tirx.const(0, "int32")
                for n, e in zip(names, extents)]
-
-
-def _extern(function: str, *args):
-    """``function(args...);``, a C library call (``void *`` result dropped)."""
-    T.evaluate(tirx.call_extern("handle", function, *args))
-
-
-def _size(count: int):
-    """A ``size_t`` argument: 64-bit, so the llvm build declares ``memcpy`` / ``memset`` as the
-    host's C library defines them; in the C it is a constant the call converts (no 64-bit
-    arithmetic)."""
-    return tirx.const(count, "uint64")
 
 
 def _row(name: str, buffer, index):
