@@ -12,6 +12,7 @@ the reference, and one-layer models compare the RiP and dual-buffer cycles in rp
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import random
 import re
 import shutil
@@ -305,6 +306,71 @@ def test_random_geometries_llvm(seed):
 def test_many_random_geometries_llvm():
     rng = random.Random(12345)
     check_cases([make_case(random_spec(rng), seed=index) for index in range(150)])
+
+
+def _pitched_case(rng: random.Random, seed: int):
+    """A random window layer run on a window of wider tensors: its input ``extra_in`` columns
+    narrower than the rows it is cut from, its output written into rows ``extra_out`` columns
+    wider (a patch of :mod:`tvm_serenity.rewrite.patch`)."""
+    while True:
+        spec = random_spec(rng)
+        if spec.workspace_bytes is None:
+            break
+    g = spec.geometry
+    extra_in, extra_out = rng.randint(0, 3), rng.randint(0, 3)
+    pitched = dataclasses.replace(spec, input_row_pitch=(g.in_width + extra_in) * g.in_channels,
+                                  output_row_pitch=(g.out_width + extra_out) * g.out_channels)
+    return make_case(spec, seed), pitched, extra_in, extra_out
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_kernels_read_and_write_rows_of_wider_tensors(seed):
+    """With row pitches the kernel reads its input out of a wider tensor (the first layer of a
+    patch) and writes its rows into a wider one (the last), touching nothing else."""
+    rng = random.Random(100 + seed)
+    garbage = np.random.default_rng(seed)
+    for index in range(6):
+        case, spec, extra_in, extra_out = _pitched_case(rng, 7000 * seed + index)
+        g = spec.geometry
+        wide_in = garbage.integers(-128, 128, (g.in_height, g.in_width + extra_in,
+                                               g.in_channels), dtype=np.int8)
+        first = rng.randint(0, extra_in)
+        wide_in[:, first:first + g.in_width] = case.x
+        wide_out = garbage.integers(-128, 128, (g.out_height, g.out_width + extra_out,
+                                                g.out_channels), dtype=np.int8)
+        at = rng.randint(0, extra_out)
+        before = wide_out.copy()
+        params = kernel_params(spec, "dual")
+        arrays = []
+        for p in params:
+            if p.name == "input":
+                arrays.append(wide_in.ravel()[first * g.in_channels:][:p.elements].copy())
+            elif p.name == "output":
+                arrays.append(wide_out.ravel()[at * g.out_channels:][:p.elements].copy())
+            elif p.name in case.arrays:
+                arrays.append(np.ascontiguousarray(case.arrays[p.name]))
+            else:
+                arrays.append(garbage.integers(-128, 128, p.elements).astype(p.dtype))
+        module, symbol = build_llvm(spec, "dual")
+        tensors = [tvm.runtime.tensor(a) for a in arrays]
+        module[symbol](*tensors)
+        flat = wide_out.ravel()
+        flat[at * g.out_channels:][:params[1].elements] = tensors[1].numpy()
+        region = wide_out[:, at:at + g.out_width]
+        assert np.array_equal(region, case.expected), spec
+        outside = np.ones(wide_out.shape, bool)
+        outside[:, at:at + g.out_width] = False
+        assert np.array_equal(wide_out[outside], before[outside]), spec
+        assert "rows" in default_kernel_name(spec, "dual") or not (extra_in or extra_out)
+
+
+def test_row_pitches_are_checked():
+    spec = LayerSpec.conv2d((4, 5, 3), 2, 3, padding=(1, 1, 1, 1))
+    with pytest.raises(CodegenError, match="input_row_pitch 14 is shorter than a row"):
+        dataclasses.replace(spec, input_row_pitch=14)
+    with pytest.raises(CodegenError, match="output_row_pitch: only a whole window layer"):
+        dataclasses.replace(spec, output_row_pitch=12, workspace_bytes=200)
+    assert dataclasses.replace(spec, input_row_pitch=21).input_bytes == 3 * 21 + 15
 
 
 def test_requantization_edge_cases():

@@ -78,7 +78,7 @@ import tvm
 
 from . import micro
 from .alloc import ArenaPlan, plan_arena
-from .codegen.graph_c import (EmittedModel, IntegerCore, IOTensor, concat_is_copy,
+from .codegen.graph_c import (PATCH_OPS, EmittedModel, IntegerCore, IOTensor, concat_is_copy,
                               emit_model, integer_core)
 from .errors import SerenityError
 from .builddir import (absolute, checked_model, new_build, refresh_marker, sha256_of,
@@ -92,6 +92,7 @@ from .frontend.tflite_model import Tensor, TFLiteModel
 from .graph import Graph
 from .passes import LowerFakeQuant, MemoryAwareSchedule
 from .rewrite import PATTERN_NAMES, RewriteResult, rewrite_graph
+from .rewrite.patch import PatchPlan, plan_for, plan_patches, without_inplace
 from .rip.choice import relax_channel_kinds
 from .schedule import Deadline, ScheduleResult
 from .text import counted
@@ -102,6 +103,7 @@ __all__ = ["TARGETS", "DEFAULT_TIME_LIMIT", "PLAN_FILE", "GRAPH_FILE", "SOURCE_G
 
 TARGETS = tuple(micro.BOARDS)     # pico, pico2, host
 DEFAULT_TIME_LIMIT = 30.0
+DEFAULT_PATCH_OVERHEAD = 0.2      # extra MACs a patch plan may cost, of the network's
 PLAN_FILE = "plan.json"
 GRAPH_FILE = "graph.json"
 SOURCE_GRAPH_FILE = "graph_source.json"     # the graph before identity rewriting
@@ -134,6 +136,8 @@ class CompiledModel:
     int8_core: bool = False               # float edges stripped (module docstring)
     relaxed_channel_layers: tuple[str, ...] = ()  # depthwise layers given RiP's S* back
     relax: dict | None = None             # the Relax module it was read from (plan.json)
+    patch: PatchPlan | None = None        # patch-based first layers (patch=True)
+    patch_requested: bool = False
 
     @property
     def model_dir(self) -> Path:
@@ -178,8 +182,38 @@ class CompiledModel:
             "layers": [s.to_json() for s in self.emitted.steps],
             "fit": self.fit.to_json() if self.fit is not None else None,
             "rewrite": self.rewrite_json(),
+            "patch": self.patch_json(),
             "relax": self.relax,
         }
+
+    def patch_json(self) -> dict | None:
+        """The patch plan (None when not requested; ``applied`` false when none helps)."""
+        if not self.patch_requested:
+            return None
+        p = self.patch
+        if p is None:
+            return {"applied": False}
+        return {"applied": True, "layers": list(p.layers), "grid": list(p.grid),
+                "peak_unpatched_bytes": p.peak_unpatched,
+                "peak_bytes": p.peak_full_input, "peak_streamed_bytes": p.peak_streamed,
+                "extra_macs": p.extra_macs, "extra_macs_fraction": p.extra_macs_fraction,
+                "prefix_overhead": p.prefix_overhead, "seconds": round(p.seconds, 3),
+                "patches": [{"rows": list(r[-1].out_rows), "cols": list(r[-1].out_cols),
+                             "input_rows": list(r[0].in_rows),
+                             "input_cols": list(r[0].in_cols)} for r in p.regions]}
+
+    def patch_summary(self) -> str | None:
+        """One line on the patch plan (None when not requested)."""
+        if not self.patch_requested:
+            return None
+        p = self.patch
+        if p is None:
+            return "patches: none lowers the peak within the MAC overhead allowed"
+        return (f"patches: first {counted(len(p.layers), 'layer')} ({p.layers[0]} .. "
+                f"{p.layers[-1]}) in a {p.grid[0]}x{p.grid[1]} grid, scheduler peak "
+                f"{p.peak_unpatched:,} -> {p.peak_full_input:,} B ({p.peak_streamed:,} B "
+                f"with the input streamed patch by patch), "
+                f"+{100 * p.extra_macs_fraction:.1f}% MACs")
 
     def rewrite_json(self) -> dict | None:
         """The identity rewriting decisions (None when not requested)."""
@@ -219,6 +253,8 @@ class CompiledModel:
                  f"shifts; kernel scratch {self.emitted.scratch_bytes:,} B"]
         if self.rewrite is not None:
             lines.append(self.rewrite_summary())
+        if self.patch_requested:
+            lines.append(self.patch_summary())
         if self.fit is not None:
             lines.append(self.fit.describe())
         return "\n".join(lines)
@@ -330,7 +366,10 @@ def compile_tflite(path: str | os.PathLike, target: str = "pico",
                    time_limit: float | None = DEFAULT_TIME_LIMIT, input=None, seed: int = 0,
                    opt_level: str | None = "O2", build: bool = True,
                    stack_reserve: int = micro.DEFAULT_STACK_RESERVE,
-                   force: bool = False, int8_core: bool = False) -> CompiledModel:
+                   force: bool = False, int8_core: bool = False, patch: bool = False,
+                   patch_overhead: float = DEFAULT_PATCH_OVERHEAD,
+                   patch_layers: int | None = None,
+                   patch_grid: tuple[int, int] | None = None) -> CompiledModel:
     """Compile the TFLite int8 model at ``path`` for ``target`` (``"pico"``, ``"pico2"`` or
     ``"host"``) into ``out_dir`` (see the module docstring).
 
@@ -340,7 +379,11 @@ def compile_tflite(path: str | os.PathLike, target: str = "pico",
     rewrite search, gets up to half, the arena solver most of the rest; None: 30 s).
     ``rewrite``: identity graph rewriting (module docstring). ``input``: what the project runs
     (any form of the module docstring; default: ``seed``-random inputs).
-    ``int8_core``: strip the float edges (module docstring). ``build=False`` only generates
+    ``int8_core``: strip the float edges (module docstring). ``patch``: patch-based execution
+    of the first layers where it lowers the peak, with at most ``patch_overhead`` extra MACs
+    (a fraction of the network's; module docstring); ``patch_layers`` and ``patch_grid``
+    together force one plan instead of the search (the first ``patch_layers`` layers in a
+    ``(rows, columns)`` grid). ``build=False`` only generates
     the sources; otherwise the firmware is built and, for the Pico boards, a model that does
     not fit SRAM or flash is refused with :class:`~tvm_serenity.micro.DoesNotFitError`
     naming every part.
@@ -361,7 +404,9 @@ def compile_tflite(path: str | os.PathLike, target: str = "pico",
     return _compile(front_end, source, target, out_dir, marker, force=force,
                     schedule=schedule, planner=planner, rip=rip, rewrite=rewrite,
                     time_limit=time_limit, input=input, seed=seed, opt_level=opt_level,
-                    build=build, stack_reserve=stack_reserve, int8_core=int8_core)
+                    build=build, stack_reserve=stack_reserve, int8_core=int8_core,
+                    patch=patch, patch_overhead=patch_overhead, patch_layers=patch_layers,
+                    patch_grid=patch_grid)
 
 
 def compile_module(mod: tvm.IRModule, target: str = "pico",
@@ -396,12 +441,32 @@ def compile_module(mod: tvm.IRModule, target: str = "pico",
                     int8_core=int8_core, **options)
 
 
+def _forced_patch(patch: bool, layers, grid) -> tuple[int, tuple[int, int]] | None:
+    """``(layers, grid)`` when the caller forces a patch plan, after checking both."""
+    if layers is None and grid is None:
+        return None
+    if not patch or layers is None or grid is None:
+        raise SerenityError("patch_layers and patch_grid force a patch plan together, with "
+                            "patch=True")
+    if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
+        raise SerenityError(f"patch_layers must be a positive number of layers, got "
+                            f"{layers!r}")
+    grid = tuple(grid) if isinstance(grid, (tuple, list)) else ()
+    if len(grid) != 2 or any(isinstance(g, bool) or not isinstance(g, int) or g < 1
+                             for g in grid):
+        raise SerenityError(f"patch_grid must be (rows, columns) of positive integers, got "
+                            f"{grid!r}")
+    return layers, grid
+
+
 def _compile(front_end, source: Path, target: str, out_dir, marker: dict, *, force: bool,
              schedule: str = "serenity", planner: str = "optimal", rip: bool = True,
              rewrite: bool = False, time_limit: float | None = DEFAULT_TIME_LIMIT, input=None,
              seed: int = 0, opt_level: str | None = "O2", build: bool = True,
              stack_reserve: int = micro.DEFAULT_STACK_RESERVE,
-             int8_core: bool = False) -> CompiledModel:
+             int8_core: bool = False, patch: bool = False,
+             patch_overhead: float = DEFAULT_PATCH_OVERHEAD, patch_layers: int | None = None,
+             patch_grid: tuple[int, int] | None = None) -> CompiledModel:
     """What every front end shares: ``front_end(tmp)`` gives the integer core and the start of
     ``plan.json``'s ``relax`` entry; the core is imported into Relax
     (:func:`~.frontend.relax_import.from_tflite`), ordered there by
@@ -411,6 +476,13 @@ def _compile(front_end, source: Path, target: str, out_dir, marker: dict, *, for
     the MCU emitter's) orders the rewritten graph instead."""
     if target not in TARGETS:
         raise SerenityError(f"unknown target '{target}' (choose from {', '.join(TARGETS)})")
+    if patch and rewrite:
+        raise SerenityError("patch and rewrite cannot be combined yet: choose one")
+    if isinstance(patch_overhead, bool) or not isinstance(patch_overhead, (int, float)) \
+            or not 0 <= patch_overhead <= 10:
+        raise SerenityError(f"patch_overhead must be a fraction of the MACs in [0, 10], got "
+                            f"{patch_overhead!r}")
+    forced = _forced_patch(patch, patch_layers, patch_grid)
     out = absolute(out_dir)
     with new_build(out_dir, KIND, force=force, derived=DERIVED, extra=marker) as tmp:
         core, relax_entry = front_end(tmp)
@@ -440,12 +512,24 @@ def _compile(front_end, source: Path, target: str, out_dir, marker: dict, *, for
         else:
             order = scheduler.result
             assert list(order.order) == graph.op_names     # main is in the order decided
+        patch_plan = None
+        if forced:
+            patch_plan = plan_for(graph, *forced, method=schedule, inplace=rip,
+                                  time_limit=search.share(0.5), ops=PATCH_OPS)
+        elif patch:     # judged by the same scheduler; the input is resident on the device
+            patch_plan = plan_patches(graph, max_overhead=patch_overhead, method=schedule,
+                                      inplace=rip, time_limit=search.share(0.5), ops=PATCH_OPS)
+        if patch_plan is not None:
+            graph = patch_plan.graph(graph if rip else without_inplace(graph))
+            order = patch_plan.schedule
         # the channel-wise depthwise kind only where the order's peak needs it (its channel
         # buffer is scratch); the graph as chosen where the planner fragments the relaxed one
         relaxed_graph, relaxed = relax_channel_kinds(graph, order.order) if rip else (graph, ())
-        plan = plan_arena(relaxed_graph, order.order, planner, 1, rip, search.share(0.9))
+        # a patch plan's output chain is in place (aliases) with or without RiP
+        inplace = rip or patch_plan is not None
+        plan = plan_arena(relaxed_graph, order.order, planner, 1, inplace, search.share(0.9))
         if relaxed and plan.arena_bytes > plan.liveness_peak_bytes:
-            chosen = plan_arena(graph, order.order, planner, 1, rip, search.share(0.9))
+            chosen = plan_arena(graph, order.order, planner, 1, inplace, search.share(0.9))
             if chosen.arena_bytes < plan.arena_bytes:
                 relaxed_graph, relaxed, plan = graph, (), chosen
         graph = relaxed_graph
@@ -458,7 +542,8 @@ def _compile(front_end, source: Path, target: str, out_dir, marker: dict, *, for
         micro.generate_project(tmp / PROJECT_DIR, tmp / MODEL_DIR, target, emulate=True,
                                input_data=data, stack_reserve=stack_reserve)
         compiled = CompiledModel(out, source, target, rip, core, graph, order, plan, emitted,
-                                 None, rewritten, source_graph, int8_core, relaxed, relax_entry)
+                                 None, rewritten, source_graph, int8_core, relaxed, relax_entry,
+                                 patch_plan, patch)
         graph.save(tmp / GRAPH_FILE)
         if source_graph is not None:
             source_graph.save(tmp / SOURCE_GRAPH_FILE)

@@ -134,7 +134,7 @@ from .partial import accumulator_requantize_prim_func, depthwise_slice_prim_func
 from .plain_c import emit_c_function, emit_c_kernel
 from .spec import CodegenError, ExpandConv, LayerSpec, pack_conv2d_weight
 
-__all__ = ["SUPPORTED_OPS", "REWRITE_ROLES", "IntegerCore", "Step", "IOTensor",
+__all__ = ["SUPPORTED_OPS", "PATCH_OPS", "REWRITE_ROLES", "IntegerCore", "Step", "IOTensor",
            "EmittedModel", "integer_core", "concat_is_copy", "emit_model"]
 
 #: TFLite operators the emitter generates code for (int8 activations; the float edges,
@@ -147,6 +147,11 @@ SUPPORTED_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "AVERAGE_POOL_2D
 #: Operators whose output may be other than a quantized int8 tensor, and which types.
 OUTPUT_TYPES = {"DEQUANTIZE": ("float32",), "SOFTMAX": ("float32",),
                 "LOG_SOFTMAX": ("float32",), "ARG_MAX": ("int32",)}
+#: Window layers: run on a patch with row pitches (:mod:`.kernels`).
+WINDOW_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "AVERAGE_POOL_2D")
+#: Operators a patch plan's layers may be (:mod:`tvm_serenity.rewrite.patch`): the window
+#: layers and the one-input elementwise ones (row by row). An explicit PAD is no patch layer.
+PATCH_OPS = WINDOW_OPS + ("QUANTIZE", "RELU", "RELU6", "HARD_SWISH", "LOGISTIC", "ADD", "MUL")
 #: Roles (``attrs["rewrite"]["role"]``) of identity-rewrite nodes the emitter generates code
 #: for; a pushed-down unary copy has no role ("pushdown" here).
 REWRITE_ROLES = ("partial", "accumulate", "requantize", "slice", "slice_into", "pushdown",
@@ -356,10 +361,16 @@ def _tensor_nodes(core: TFLiteModel, graph: Graph, operator_of: dict[str, int]) 
     """Activation tensor index -> the graph node holding it (a folded PAD's output is its
     input's node: the convolution reads the unpadded tensor). Of the nodes an identity rewrite
     made, only the last one holds a tensor of the model: the rewritten consumer's output (it
-    keeps the consumer's name); partial results and pushed-down copies hold none."""
+    keeps the consumer's name); partial results and pushed-down copies hold none. Of a patch
+    plan's nodes (:mod:`tvm_serenity.rewrite.patch`) the last patch of the prefix's last layer
+    holds its output (each patch writes its part of it)."""
     out: dict[int, str] = {}
     for node in graph.nodes.values():
         origin = node.attrs.get("rewrite")
+        patch = node.attrs.get("patch")
+        if node.op == "patch_output" or (patch is not None
+                                         and patch.get("out_row_pitch") is None):
+            continue     # a patch's own tensor; the output chain's last patch holds the tensor
         if node.is_input:
             out[int(node.attrs["tensor_index"])] = node.name
         elif origin is None:
@@ -393,6 +404,8 @@ class _Emitter:
         self.float_math: set[str] = set()  # serenity_expf / serenity_logf used
         self.checked_concats: set[str] = set()
         self.consts: list[str] = []
+        self.const_values: dict[str, bytes] = {}
+        self.patch_kernels: dict[tuple, str] = {}   # (layer, elements) -> elementwise kernel
         self.definitions: list[str] = []
         self.body: list[str] = []
         self.steps: list[Step] = []
@@ -419,6 +432,13 @@ class _Emitter:
         return f"ARENA({self.plan.offsets[node.name]})"
 
     def const(self, name: str, dtype: str, values) -> str:
+        """A ``static const`` array, emitted once (the patches of a layer share its tables)."""
+        data = np.asarray(values).astype(dtype).tobytes()
+        if name in self.const_values:
+            if self.const_values[name] != data:
+                raise CodegenError(f"two different constant arrays are both named {name}")
+            return name
+        self.const_values[name] = data
         self.consts.append(c_array(name, dtype, values))
         return name
 
@@ -471,7 +491,16 @@ class _Emitter:
     def emit_step(self, k: int, name: str, pair: InPlaceStep | None, move: Move | None):
         node = self.graph[name]
         origin = node.attrs.get("rewrite")
-        if origin is not None:
+        if node.op == "patch_output":
+            self.body.append(f"    /* step {k}: {name}: the output of "
+                             f"{node.attrs['patch_output']}, written patch by patch */")
+            self.location[name] = self.plan.offsets[name]
+            return
+        if "patch" in node.attrs:
+            op = self.core.operator(int(node.attrs["tflite_index"]))
+            handler = _Emitter.patch_step if op.op in PATCH_OPS else None
+            label = f"{op.op}/patch{node.attrs['patch']['index']}"
+        elif origin is not None:
             role = origin.get("role", "pushdown")
             op = self.rewritten_operator(node, origin, role)
             handler = _REWRITE_HANDLERS[role]
@@ -523,14 +552,14 @@ class _Emitter:
         self.body.append(f"    {comment}")
         if statement:
             self.body.append(f"    {statement}")
-        if origin is not None:
-            in_node = node.inputs[0]
+        if origin is not None or "patch" in node.attrs:
+            in_node = node.inputs[-1]
         else:
             first = next((i for i in op.inputs
                           if i >= 0 and self.core.tensors[i].data is None), None)
             in_node = self.tensor_node.get(first) if first is not None else None
         saved = 0
-        if pair is not None:
+        if pair is not None and "patch" not in node.attrs:   # a patch's alias saves nothing
             saved = self.graph[pair.input].bytes + node.bytes - pair.workspace_bytes
         self.steps.append(Step(k, name, label, kernel, layout, out_off,
                                None if in_node is None else self.location[in_node],
@@ -716,6 +745,59 @@ class _Emitter:
         """A unary operator pushed into one branch of the concat: its kernel on the branch."""
         return self.operator_step(node, op, in_place, x_ptr=self.at(node.inputs[0]))
 
+    # ----------------------------------------------------------------------- patches
+    def patch_step(self, node, op, in_place):
+        """One patch of a prefix layer (:mod:`tvm_serenity.rewrite.patch`): the layer's kernel
+        for the patch's region (its padding only at the tensor's borders), the input read out
+        of the full input and the output written into the full output where the patch says
+        (rows ``*_row_pitch`` elements apart). A window layer's kernel takes the pitches; an
+        elementwise one runs row by row when either side is a window of a wider tensor."""
+        patch = node.attrs["patch"]
+        src = node.inputs[-1]
+        in_item = np.dtype(self.graph[src].dtype or "int8").itemsize
+        out_item = np.dtype(node.dtype or "int8").itemsize
+        x_ptr = f"ARENA({self.location[src] + patch['in_offset'] * in_item})"
+        out_ptr = f"ARENA({self.plan.offsets[node.name] + patch['out_offset'] * out_item})"
+        rows = patch["rows"][1] - patch["rows"][0]
+        cols = patch["cols"][1] - patch["cols"][0]
+        channels = int(node.shape[3])
+        prefix = ""
+        if node.inplace == "alias" and not in_place:     # the earlier patches lie elsewhere
+            prefix = (f"memcpy({self.output(node)}, {self.at(node.inputs[0])}, "
+                      f"{node.bytes});\n    ")
+        base = _c_name(patch["of"])
+        if op.op in WINDOW_OPS:
+            region = dataclasses.replace(node, shape=(1, rows, cols, channels),
+                                         bytes=rows * cols * channels * out_item)
+            call = kernel_call(self.core, op, region, name=base)
+            kernel = self.tir_kernel(call.spec, call.layout)
+            args = [self.argument(region, op, arg, x_ptr, out_ptr, base) for arg in call.args]
+            return kernel, "alias" if in_place else "dual", prefix + _call(kernel, args)
+        in_channels = int(node.attrs["in_shapes"][0][3])
+        pitched = patch["in_row_pitch"] is not None or patch["out_row_pitch"] is not None
+        steps = rows if pitched else 1
+        elements = rows * cols * channels // steps
+        part = dataclasses.replace(node, shape=(1, rows // steps, cols, channels),
+                                   bytes=elements * out_item)
+        key = (patch["of"], elements)          # one kernel per layer and length
+        kernel = self.patch_kernels.get(key)
+        if kernel is None:
+            kernel = self.unique_name(f"{base}_{elements}")
+            self.used_names.discard(kernel)     # op_kernel claims it
+        call = kernel_call(self.core, op, part, name=kernel)
+        if key not in self.patch_kernels:
+            self.op_kernel(call.c_kernel())
+            self.patch_kernels[key] = kernel
+        if not pitched:
+            args = [self.argument(part, op, arg, x_ptr, out_ptr, base) for arg in call.args]
+            return kernel, "alias" if in_place else "dual", prefix + _call(kernel, args)
+        in_pitch = (patch["in_row_pitch"] or cols * in_channels) * in_item
+        out_pitch = (patch["out_row_pitch"] or cols * channels) * out_item
+        args = [self.argument(part, op, arg, f"{x_ptr} + r * {in_pitch}",
+                              f"{out_ptr} + r * {out_pitch}", base) for arg in call.args]
+        loop = f"for (int r = 0; r < {rows}; r++) {_call(kernel, args)}"
+        return kernel, "alias" if in_place else "dual", prefix + loop
+
     # ----------------------------------------------------------------------- operators
     def operator_step(self, node, op, in_place, x_ptr: str | None = None):
         """An operator's kernel call (:func:`.kernel_call.kernel_call`) as C: its arguments
@@ -736,16 +818,21 @@ class _Emitter:
             self.float_math.update(call.float_math)
         return kernel, call.layout, _call(kernel, args)
 
-    def argument(self, node, op: Operator, arg, x_ptr: str | None) -> str:
-        """One kernel argument (:mod:`.kernel_call`) as a C expression."""
+    def argument(self, node, op: Operator, arg, x_ptr: str | None, out_ptr: str | None = None,
+                 base: str | None = None) -> str:
+        """One kernel argument (:mod:`.kernel_call`) as a C expression. ``x_ptr`` overrides
+        where operand 0 is read; with ``out_ptr`` (a patch: one activation operand) it is
+        every activation operand, and ``out_ptr`` where the result goes; ``base`` names the
+        tables (default: the node)."""
         if isinstance(arg, Operand):
-            if x_ptr is not None and arg.index == 0:
+            if x_ptr is not None and (arg.index == 0 or out_ptr is not None):
                 return x_ptr
             return self.at(self.tensor_node[op.inputs[arg.index]])
         if isinstance(arg, Result):
-            return self.output(node)
+            return out_ptr or self.output(node)
         if isinstance(arg, Table):
-            return self.const(f"{_c_name(node.name)}_{arg.name}", arg.dtype, arg.values)
+            return self.const(f"{base or _c_name(node.name)}_{arg.name}", arg.dtype,
+                              arg.values)
         return "scratch16" if arg.dtype == "int16" else "scratch32"
 
 

@@ -126,6 +126,13 @@ class _Calls:
     def out(self) -> Tensor:
         return self.model.tensors[self.op.outputs[0]]
 
+    @property
+    def elements(self) -> int:
+        """Elements an elementwise kernel writes: the node's (a patch of a layer, a row of it,
+        is a smaller node than the operator's output tensor)."""
+        shape = self.node.shape
+        return int(np.prod(shape)) if shape is not None else self.out.size
+
     def activation(self, i: int, dtype: str = "int8") -> Tensor:
         """Operand ``i``, a (quantized, for int8) ``dtype`` activation; constants refused."""
         t = self.tensor(i)
@@ -169,8 +176,10 @@ class _Calls:
         if len(in_shape) != 4 or in_shape[0] != 1:
             raise self.unsupported(f"input shape {in_shape}: batch-1 NHWC only")
         in_hwc = tuple(in_shape[1:])
+        patch = a.get("patch") or {}
         geometry = dict(kernel=tuple(a["kernel"]), stride=tuple(a["stride"]),
-                        padding=tuple(a["padding"]))
+                        padding=tuple(a["padding"]), input_row_pitch=patch.get("in_row_pitch"),
+                        output_row_pitch=patch.get("out_row_pitch"))
         workspace = {"workspace_bytes": self.node.inplace} if self.in_place else {}
         tables: list[Table] = []
         if op.op in ("CONV_2D", "DEPTHWISE_CONV_2D"):
@@ -316,15 +325,16 @@ class _Calls:
         if self.tensor(0).dtype == "float32":
             scale, zp = _scale_zp(out)
             return self.prim([Operand(0), Result()],
-                             partial(ew.float_quantize_kernel, self.name, out.size, scale, zp),
-                             partial(ew.float_quantize_prim_func, out.size, scale, zp,
+                             partial(ew.float_quantize_kernel, self.name, self.elements,
+                                     scale, zp),
+                             partial(ew.float_quantize_prim_func, self.elements, scale, zp,
                                      symbol=self.name))
         x = self.activation(0)
         (si, zi), (so, zo) = _scale_zp(x), _scale_zp(out)
         m, s = quantize_multiplier(float(si) / float(so))
         return self.prim([Operand(0), Result()],
-                         partial(ew.requantize_kernel, self.name, out.size, zi, m, s, zo),
-                         partial(ew.requantize_prim_func, out.size, zi, m, s, zo,
+                         partial(ew.requantize_kernel, self.name, self.elements, zi, m, s, zo),
+                         partial(ew.requantize_prim_func, self.elements, zi, m, s, zo,
                                  symbol=self.name))
 
     def dequantize(self) -> KernelCall:
@@ -337,9 +347,9 @@ class _Calls:
 
     def relu(self) -> KernelCall:
         """RELU (TFLM ``ReluQuantized``) and RELU6 (``Relu6Quantized``: a clamp) over the
-        node's ``bytes`` elements."""
+        node's elements."""
         (si, zi), (so, zo) = _scale_zp(self.unary_input()), _scale_zp(self.out)
-        n = self.node.bytes
+        n = self.elements
         if self.op.op == "RELU6":
             low, high = (int(v) for v in relu6_int8(np.array([-128, 127]), si, zi))
             kernel = partial(ew.clamp_kernel, self.name, n, low, high)
@@ -408,12 +418,15 @@ class _Calls:
             table = ref.table_of(lambda v: reference(v, c) if const is b else reference(c, v))
             what = f"{op.op} int8 by the constant {int(c[0])}"
             return self.prim([Operand(k), Result(), Table("table", "int8", table)],
-                             partial(ew.lookup_kernel, name, out.size, what),
-                             partial(ew.lookup_prim_func, out.size, symbol=name))
+                             partial(ew.lookup_kernel, name, self.elements, what),
+                             partial(ew.lookup_prim_func, self.elements, symbol=name))
+        if self.elements != out.size:
+            raise self.unsupported(f"a part of {op.op} ({self.elements} of its {out.size} "
+                                   "outputs) needs a constant operand of one value")
         return self.prim([self.operand(0), self.operand(1), Result()], kernel, func)
 
     def lookup(self) -> KernelCall:
-        """HARD_SWISH and LOGISTIC: ``table[x + 128]`` over the node's ``bytes`` elements, the
+        """HARD_SWISH and LOGISTIC: ``table[x + 128]`` over the node's elements, the
         table computed with the reference kernel for all 256 inputs."""
         (si, zi), (so, zo) = _scale_zp(self.unary_input()), _scale_zp(self.out)
         if self.op.op == "HARD_SWISH":
@@ -424,7 +437,7 @@ class _Calls:
                 raise self.unsupported("int8 LOGISTIC needs output zero point -128")
             params = ref.logistic_params(si, zi)
             table = ref.table_of(lambda v: ref.logistic_int8(v, params))
-        n = self.node.bytes
+        n = self.elements
         return self.prim([Operand(0), Result(), Table("table", "int8", table)],
                          partial(ew.lookup_kernel, self.name, n, f"{self.op.op} int8"),
                          partial(ew.lookup_prim_func, n, symbol=self.name))

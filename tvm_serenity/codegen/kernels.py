@@ -271,6 +271,7 @@ def _emit_conv_kernel(spec: LayerSpec, x, y, buffers: dict):
     scratch, weight = buffers["scratch"], buffers["weight"]
     zero_point = spec.input_zero_point
     row_len = kw_n * cin
+    in_pitch, out_pitch = spec.in_row_pitch, spec.out_row_pitch
 
     def copy(dst, src, count):
         """scratch[dst + i] = input[src + i] - zp for i < count (one contiguous run)."""
@@ -282,7 +283,7 @@ def _emit_conv_kernel(spec: LayerSpec, x, y, buffers: dict):
 
     def gather_row(dst, ih, ow):
         iw0 = _let("iw0", ow * sw - pad_left)
-        src = (ih * in_w + iw0) * cin
+        src = ih * in_pitch + iw0 * cin
         if dw == 1 and not spec.pads_width:        # the window row: one contiguous run
             copy(dst, src, row_len)
             return
@@ -320,24 +321,23 @@ def _emit_conv_kernel(spec: LayerSpec, x, y, buffers: dict):
             _store(scratch, window + block * PACK + j, acc[j])
 
     def epilogue(q, co):
-        """Output ``co`` of pixel ``q`` from its int32 sum: requantized, or (a partial)
-        stored into / added to the accumulator."""
+        """Output ``co`` of pixel ``q`` (its first element at ``y[q]``) from its int32 sum:
+        requantized, or (a partial) stored into / added to the accumulator."""
         total = scratch[window + co]
         if spec.partial is None:
             value = requantize(total + buffers["bias"][co], buffers["multiplier"][co],
                                buffers["shift"][co])
-            _store_clamped(y, q * cout + co, value + spec.output_zero_point, spec.act_min,
+            _store_clamped(y, q + co, value + spec.output_zero_point, spec.act_min,
                            spec.act_max)
         else:
-            _store(y, q * cout + co,
-                   y[q * cout + co] + total if spec.partial == "accumulate" else total)
+            _store(y, q + co, y[q + co] + total if spec.partial == "accumulate" else total)
 
     with _loop("oh", g.out_height) as oh:
         with _loop("ow", out_w) as ow:
             gather(oh, ow)
             with _loop("b", blocks) as block:
                 dot(block)
-            q = _let("q", oh * out_w + ow)
+            q = _let("q", oh * out_pitch + ow * cout)
             with _loop("co", cout) as co:
                 epilogue(q, co)
 
@@ -359,6 +359,7 @@ def _emit_channelwise_kernel(spec: LayerSpec, x, y, buffers: dict):
     kh_n, kw_n = g.kernel
     (sh, sw), (dh, dw) = g.stride, g.dilation
     pad_top, pad_left = g.padding[0], g.padding[2]
+    in_pitch, out_pitch = spec.in_row_pitch, spec.out_row_pitch
     cols = spec.padded_width
     depthwise = op == "depthwise_conv2d"
     channel_first = spec.plane_per_channel
@@ -431,7 +432,7 @@ def _emit_channelwise_kernel(spec: LayerSpec, x, y, buffers: dict):
             expand_plane(c)
             return
         with _loop("ih", in_h) as ih:
-            src = _let("src", ih * in_w * ch + c)
+            src = _let("src", ih * in_pitch + c)
             dst = _let("dst", (pad_top + ih) * cols + pad_left)
             _unrolled("iw", in_w, COPY_UNROLL, lambda iw: _store(plane, dst + iw,
                                                                  x[src + iw * ch]))
@@ -449,7 +450,7 @@ def _emit_channelwise_kernel(spec: LayerSpec, x, y, buffers: dict):
             dst = pad_left * kh_n + kh
 
             def copy():
-                src = _let("src", ih * in_w * ch + c)
+                src = _let("src", ih * in_pitch + c)
                 _unrolled("w", in_w, COPY_UNROLL, lambda w: _store(
                     rows, dst + w * kh_n, _cast("int32", x[src + w * ch]) + offset))
 
@@ -512,7 +513,7 @@ def _emit_channelwise_kernel(spec: LayerSpec, x, y, buffers: dict):
             else:
                 value = s
             if channel_first:                           # straight into the output
-                _store_clamped(y, (oh * out_w + ow + i) * ch + c, value, spec.act_min,
+                _store_clamped(y, oh * out_pitch + (ow + i) * ch + c, value, spec.act_min,
                                spec.act_max)
             else:
                 _store_clamped(rowbuf, (ow + i) * ch + c, value, spec.act_min, spec.act_max)
@@ -545,11 +546,11 @@ def _emit_channelwise_kernel(spec: LayerSpec, x, y, buffers: dict):
         with _loop("c", ch) as c:
             output_row(oh, c, channel_quant(c))
         if spec.output_slice is None:
-            _copy_row(y, oh * out_w * ch, rowbuf, out_w * ch)
+            _copy_row(y, oh * out_pitch, rowbuf, out_w * ch)
         else:                               # this slice's channels of a wider output row
             first, total = spec.output_slice
             with _loop("ow", out_w) as ow:
-                dst = _let("dst", (oh * out_w + ow) * total + first)
+                dst = _let("dst", oh * out_pitch + ow * total + first)
                 _unrolled("k", ch, COPY_UNROLL, lambda k: _store(y, dst + k,
                                                                  rowbuf[ow * ch + k]))
 
@@ -602,12 +603,14 @@ def default_kernel_name(spec: LayerSpec, layout: str) -> str:
     """A descriptive C identifier, e.g. ``conv2d_3x3s2x2_16x16x8_to_16_rip``."""
     g = spec.geometry
     h, w, c = g.in_hwc
+    pitched = "".join(f"_{side}rows{pitch}" for side, pitch in (
+        ("in", spec.input_row_pitch), ("out", spec.output_row_pitch)) if pitch is not None)
     variant = (f"_into{spec.output_slice[0]}of{spec.output_slice[1]}" if spec.output_slice
                else f"_{spec.partial}" if spec.partial
                else f"_expand{spec.expand.in_channels}" if spec.expand
                else "_channelwise" if spec.inplace_kind == "channel" else "")
     return (f"{spec.op}_{g.kernel[0]}x{g.kernel[1]}s{g.stride[0]}x{g.stride[1]}"
-            f"_{h}x{w}x{c}_to_{g.out_channels}{variant}_{layout}")
+            f"_{h}x{w}x{c}_to_{g.out_channels}{variant}{pitched}_{layout}")
 
 
 def build_llvm(spec: LayerSpec, layout: str = "rip", name: str | None = None):

@@ -228,6 +228,8 @@ class LayerSpec:
     partial: str | None = None              # conv2d only: "assign" / "accumulate" int32 sums
     output_slice: tuple[int, int] | None = None   # depthwise only: (first channel, channels)
     expand: ExpandConv | None = None        # depthwise only: the fused 1x1 expand conv
+    input_row_pitch: int | None = None      # elements from one input row to the next; None:
+    output_row_pitch: int | None = None     # W*C (contiguous). A patch's window of a tensor
     rip: RipWorkspace = field(init=False, repr=False, compare=False)
     inplace_kind: str = field(init=False, repr=False, compare=False)   # "rip" or "channel"
 
@@ -278,6 +280,22 @@ class LayerSpec:
                 or self.workspace_bytes is not None):
             raise CodegenError("expand (an ExpandConv) fuses into a whole depthwise_conv2d "
                                f"run apart from its input, got it on {self.op}")
+        for name, row in (("input_row_pitch", g.in_width * g.in_channels),
+                          ("output_row_pitch", g.out_width * self._output_channels)):
+            pitch = getattr(self, name)
+            if pitch is None:
+                continue
+            pitch = _as_int(name, pitch)
+            # a contiguous tensor's pitch is no pitch: one kernel either way
+            object.__setattr__(self, name, None if pitch == row else pitch)
+            if pitch == row:
+                continue
+            if pitch < row:
+                raise CodegenError(f"{name} {pitch} is shorter than a row ({row} elements)")
+            if self.op == "add" or self.partial is not None or self.expand is not None \
+                    or self.output_slice is not None or self.workspace_bytes is not None:
+                raise CodegenError(f"{name}: only a whole window layer run apart from its "
+                                   "input reads or writes rows of a wider tensor")
         rip = rip_workspace_for_geometry(g)
         object.__setattr__(self, "rip", rip)
         kind = "rip"
@@ -380,11 +398,28 @@ class LayerSpec:
 
     # ------------------------------------------------------------------ derived sizes
     @property
+    def _output_channels(self) -> int:
+        return self.output_slice[1] if self.output_slice is not None \
+            else self.geometry.out_channels
+
+    @property
+    def in_row_pitch(self) -> int:
+        """Input elements from one row to the next (``W_in*C`` unless ``input_row_pitch``)."""
+        g = self.geometry
+        return self.input_row_pitch or g.in_width * g.in_channels
+
+    @property
+    def out_row_pitch(self) -> int:
+        """Output elements from one row to the next (``W_out*C_out`` unless
+        ``output_row_pitch``)."""
+        return self.output_row_pitch or self.geometry.out_width * self._output_channels
+
+    @property
     def input_bytes(self) -> int:
         g = self.geometry
         if self.expand is not None:
             return g.in_height * g.in_width * self.expand.in_channels
-        return g.input_elements
+        return (g.in_height - 1) * self.in_row_pitch + g.in_width * g.in_channels
 
     @property
     def plane_per_channel(self) -> bool:
@@ -396,9 +431,7 @@ class LayerSpec:
     @property
     def output_bytes(self) -> int:
         g = self.geometry
-        if self.output_slice is not None:
-            return g.out_height * g.out_width * self.output_slice[1]
-        return g.output_elements
+        return (g.out_height - 1) * self.out_row_pitch + g.out_width * self._output_channels
 
     @property
     def rip_workspace_bytes(self) -> int:

@@ -108,6 +108,7 @@ class Window:
     in_hw: tuple[int, int]
     out_hw: tuple[int, int]
     out_pixel_bytes: int                  # bytes of one output pixel (all channels)
+    in_channels: int
     macs_per_pixel: int                   # MACs (pool: taps) per output pixel
 
 
@@ -150,6 +151,13 @@ class PatchPlan:
     prefix_overhead: float                # of the prefix's MACs
     order: tuple[str, ...]                # the schedule of the objective's patched graph
     seconds: float
+    schedule: ScheduleResult = dataclasses.field(compare=False, repr=False, default=None)
+
+    def graph(self, graph: Graph, stream_input: bool | None = None) -> Graph:
+        """The patched ``graph`` this plan was made for (the objective's, by default)."""
+        streamed = self.stream_input if stream_input is None else stream_input
+        return patched_graph(graph, self.input, list(self.windows), list(self.regions),
+                             streamed)
 
     @property
     def peak_bytes(self) -> int:
@@ -179,7 +187,8 @@ def window_of(graph: Graph, name: str) -> Window | None:
         else:
             per_pixel = kernel[0] * kernel[1] * cout
         return Window(name, node.op, a["tflite_index"], kernel, stride, dilation,
-                      tuple(a["padding"]), _hw(a["in_shape"]), out_hw, pixel, per_pixel)
+                      tuple(a["padding"]), _hw(a["in_shape"]), out_hw, pixel,
+                      int(a["in_shape"][3]), per_pixel)
     in_shapes = a.get("in_shapes")
     if not in_shapes or len(in_shapes[0]) != 4:
         return None
@@ -189,17 +198,20 @@ def window_of(graph: Graph, name: str) -> Window | None:
         if p is None or p[0] != [0, 0] or p[3] != [0, 0] or min(p[1] + p[2]) < 0:
             return None
         return Window(name, node.op, a["tflite_index"], (1, 1), (1, 1), (1, 1),
-                      (p[1][0], p[1][1], p[2][0], p[2][1]), in_hw, out_hw, pixel, 0)
+                      (p[1][0], p[1][1], p[2][0], p[2][1]), in_hw, out_hw, pixel,
+                      int(in_shapes[0][3]), 0)
     if node.op in _ELEMENTWISE and in_hw == out_hw:
         return Window(name, node.op, a["tflite_index"], (1, 1), (1, 1), (1, 1), (0, 0, 0, 0),
-                      in_hw, out_hw, pixel, 0)
+                      in_hw, out_hw, pixel, int(in_shapes[0][3]), 0)
     return None
 
 
-def prefix_chain(graph: Graph) -> tuple[str, list[Window]]:
+def prefix_chain(graph: Graph, ops=None) -> tuple[str, list[Window]]:
     """The graph input and the longest chain of window layers from it: the first reads the
     input (its only reader), each reads the previous one, the only reader of each tensor but
-    the last, which is no graph output. ``("", [])`` when the graph has no such start."""
+    the last, which is no graph output; ``ops`` (TFLite operator names), when given, limits
+    the layers to those a back end can run on a patch. ``("", [])`` when the graph has no
+    such start."""
     inputs = graph.input_names
     if len(inputs) != 1 or len(graph.consumers[inputs[0]]) != 1:
         return "", []
@@ -210,7 +222,8 @@ def prefix_chain(graph: Graph) -> tuple[str, list[Window]]:
         if len(readers) != 1 or (chain and prev in graph.outputs):
             break
         window = window_of(graph, readers[0])
-        if window is None:
+        if window is None or (ops is not None
+                              and graph[readers[0]].attrs.get("tflite_op") not in ops):
             break
         chain.append(window)
         prev = window.name
@@ -275,21 +288,60 @@ def network_macs(graph: Graph) -> int:
 
 
 # ------------------------------------------------------------------------- graph IR
+def _region_attrs(orig: Node, w: Window, r: LayerRegion, p: int, source, target) -> dict:
+    """Patch node attributes: the layer's own with its input shape and padding those of the
+    region (what a kernel for the region is built from), and ``"patch"``: where the patch
+    reads and writes. ``source`` / ``target`` are ``(columns, channels)`` of the full tensor
+    the region is read from / written into (the graph input, the prefix output), None for a
+    patch tensor of its own: a region of a wider tensor starts ``*_offset`` elements into
+    it and its rows are ``*_row_pitch`` elements apart (None: contiguous)."""
+    in_shape = [1, r.in_rows[1] - r.in_rows[0], r.in_cols[1] - r.in_cols[0], w.in_channels]
+    attrs = dict(orig.attrs)
+    if w.op in _CONVS + _POOLS:
+        attrs.update(in_shape=in_shape, padding=list(r.padding))
+    else:
+        attrs["in_shapes"] = [in_shape, *orig.attrs.get("in_shapes", [])[1:]]
+        if w.op in _PADS:
+            top, bottom, left, right = r.padding
+            attrs["paddings"] = [[0, 0], [top, bottom], [left, right], [0, 0]]
+
+    def place(rows: Span, cols: Span, full, channels: int) -> tuple[int, int | None]:
+        if full is None:
+            return 0, None
+        width, _ = full
+        return (rows[0] * width + cols[0]) * channels, width * channels
+
+    in_offset, in_pitch = place(r.in_rows, r.in_cols, source, w.in_channels)
+    out_offset, out_pitch = place(r.out_rows, r.out_cols, target, int(orig.shape[3]))
+    attrs["patch"] = {"of": w.name, "index": p, "rows": list(r.out_rows),
+                      "cols": list(r.out_cols), "in_rows": list(r.in_rows),
+                      "in_cols": list(r.in_cols), "in_offset": in_offset,
+                      "in_row_pitch": in_pitch, "out_offset": out_offset,
+                      "out_row_pitch": out_pitch}
+    return attrs
+
+
 def patched_graph(graph: Graph, input_name: str, windows: list[Window],
                   regions: list[tuple[LayerRegion, ...]], stream_input: bool = False) -> Graph:
-    """The graph with the prefix ``windows`` computed patch by patch (module docstring)."""
+    """The graph with the prefix ``windows`` computed patch by patch (module docstring).
+    Every patch node keeps its layer's ``tflite_index`` and attributes, with the region's
+    input shape and padding, and says in ``attrs["patch"]`` which layer and patch it is and
+    where it reads and writes (:func:`_region_attrs`)."""
     last = windows[-1]
     input_node = graph[input_name]
     in_pixel = input_node.bytes // (windows[0].in_hw[0] * windows[0].in_hw[1])
     prefix = {w.name for w in windows}
+    full_input = (windows[0].in_hw[1], int(input_node.shape[3]))
+    full_output = (last.out_hw[1], int(graph[last.name].shape[3]))
     alloc = Node(f"{last.name}.alloc", "patch_output", (), graph[last.name].bytes,
-                 graph[last.name].shape, graph[last.name].dtype, {"patched": last.name})
+                 graph[last.name].shape, graph[last.name].dtype, {"patch_output": last.name})
     nodes: list[Node] = [] if stream_input else [input_node]
     nodes.append(alloc)
     y = alloc.name
     for p, patch in enumerate(regions):
         tag = f"patch{p}"
         src = input_name
+        source = None if stream_input else full_input
         if stream_input:
             first = patch[0]
             src = f"{input_name}.{tag}"
@@ -300,11 +352,10 @@ def patched_graph(graph: Graph, input_name: str, windows: list[Window],
                                                  "cols": list(first.in_cols)}))
         for w, r in zip(windows, patch):
             orig = graph[w.name]
-            attrs = {"patched": w.name, "patch": p, "rows": list(r.out_rows),
-                     "cols": list(r.out_cols), "patch_padding": list(r.padding)}
             shape = (1, r.out_rows[1] - r.out_rows[0], r.out_cols[1] - r.out_cols[0],
                      orig.shape[3])
             name = f"{w.name}.{tag}"
+            attrs = _region_attrs(orig, w, r, p, source, full_output if w is last else None)
             if w is last:
                 nodes.append(Node(name, orig.op, (y, src), orig.bytes, orig.shape, orig.dtype,
                                   attrs, "alias"))
@@ -312,7 +363,7 @@ def patched_graph(graph: Graph, input_name: str, windows: list[Window],
             else:
                 nodes.append(Node(name, orig.op, (src,), r.out_pixels * w.out_pixel_bytes,
                                   shape, orig.dtype, attrs))
-            src = name
+            src, source = name, None
     rename = {last.name: y}
     for name, node in graph.nodes.items():
         if name in prefix or name == input_name:
@@ -331,18 +382,18 @@ def without_inplace(graph: Graph) -> Graph:
 
 def plan_patches(graph: Graph, *, max_overhead: float = 0.2, stream_input: bool = False,
                  method: str = "serenity", inplace: bool = True, grid_max: int = GRID_MAX,
-                 time_limit: float | Deadline | None = 120.0) -> PatchPlan | None:
+                 time_limit: float | Deadline | None = 120.0, ops=None) -> PatchPlan | None:
     """The patch plan with the lowest whole-network peak (module docstring), or None when
     none is below the unpatched peak or within ``max_overhead`` extra MACs (a fraction of the
     network's MACs). ``stream_input`` picks the objective; both figures are reported.
     Scheduling always runs the memory model with in-place execution (the output chain's
     aliases are what writing a patch into the full output means); ``inplace=False`` drops
     the network's own in-place flags (RiP workspaces, aliases) first, for both the unpatched
-    and the patched figures."""
+    and the patched figures. ``ops``: as for :func:`prefix_chain`."""
     t0 = time.perf_counter()
     deadline = Deadline.of(time_limit)
     graph = graph if inplace else without_inplace(graph)
-    input_name, chain = prefix_chain(graph)
+    input_name, chain = prefix_chain(graph, ops)
     if not chain:
         return None
     base = schedule(graph, method, time_limit=deadline.share(0.2))
@@ -380,22 +431,22 @@ def plan_patches(graph: Graph, *, max_overhead: float = 0.2, stream_input: bool 
     if best is None or best[0] >= base.peak_bytes:
         return None
     return plan_for(graph, best[1], best[2], stream_input=stream_input, method=method,
-                    inplace=inplace, time_limit=max(1.0, deadline.remaining()),
+                    inplace=inplace, time_limit=max(1.0, deadline.remaining()), ops=ops,
                     peak_unpatched=base.peak_bytes, objective=best[3], started=t0)
 
 
 def plan_for(graph: Graph, prefix_length: int, grid: tuple[int, int], *,
              stream_input: bool = False, method: str = "serenity", inplace: bool = True,
              time_limit: float | Deadline | None = 60.0, peak_unpatched: int | None = None,
-             objective: ScheduleResult | None = None, started: float | None = None
-             ) -> PatchPlan:
+             objective: ScheduleResult | None = None, started: float | None = None,
+             ops=None) -> PatchPlan:
     """The plan patching the first ``prefix_length`` layers of :func:`prefix_chain` with
     ``grid``, both patched graphs (input resident, streamed) ordered by ``method``
     (``objective``: the schedule already found for the ``stream_input`` one)."""
     t0 = time.perf_counter() if started is None else started
     deadline = Deadline.of(time_limit)
     graph = graph if inplace else without_inplace(graph)
-    input_name, chain = prefix_chain(graph)
+    input_name, chain = prefix_chain(graph, ops)
     if not 1 <= prefix_length <= len(chain):
         raise PatchError(f"graph '{graph.name}': prefix length {prefix_length} is not within "
                          f"the {len(chain)} window layers chained from its input")
@@ -418,7 +469,8 @@ def plan_for(graph: Graph, prefix_length: int, grid: tuple[int, int], *,
                      tuple(regions), stream_input, peak_unpatched, results[False].peak_bytes,
                      results[True].peak_bytes, extra, extra / total if total else 0.0,
                      extra / prefix_macs(windows) if prefix_macs(windows) else 0.0,
-                     tuple(results[stream_input].order), time.perf_counter() - t0)
+                     tuple(results[stream_input].order), time.perf_counter() - t0,
+                     results[stream_input])
 
 
 # ------------------------------------------------------------------- numpy execution

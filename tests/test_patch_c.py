@@ -1,0 +1,226 @@
+"""Patch-based execution in C (``compile_tflite(..., patch=True)``): every output byte equal to
+the reference interpreter on the host (and on rp2040js / QEMU, slow) for random small CNNs
+with strides, dilation, padding, depthwise, pointwise and pooling layers, for a float input
+quantized patch by patch and elementwise layers in the prefix, and for the shared models the
+search patches; ``plan.json`` and the summary say what was decided."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from test_patch_plan import _LAYER, MIXED, _fits, build_cnn
+from toolchain import needs_cc, needs_qemu, needs_rp2040js
+from tvm_serenity.deploy import compile_tflite, load_plan, run
+from tvm_serenity.errors import SerenityError
+from tvm_serenity.frontend import ModelBuilder, parse_tflite, tflite_to_graph
+from tvm_serenity.frontend.builder import tflite_bytes
+from tvm_serenity.memory import simulate
+from tvm_serenity.rewrite.patch import PatchError, prefix_chain
+
+MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
+# the MCU's depthwise kernels have depth multiplier 1 (with or without patches)
+C_MIXED = [{**layer, "mult": 1} if "mult" in layer else layer for layer in MIXED]
+C_LAYER = _LAYER.map(lambda layer: {**layer, "mult": 1} if "mult" in layer else layer)
+
+
+def _write(model, tmp_path, name="model") -> Path:
+    path = tmp_path / f"{name}.tflite"
+    path.write_bytes(tflite_bytes(model))
+    return path
+
+
+def _compile_and_check(path, out, target="host", **options):
+    """Compile with the options, run on ``target`` (run() compares every output byte with the
+    reference interpreter and raises on the first difference) and return the build."""
+    compiled = compile_tflite(path, target, out, time_limit=10, **options)
+    result = run(out, host=target == "host")
+    assert result.arena_bytes == compiled.arena_bytes
+    return compiled, result
+
+
+@needs_cc
+@pytest.mark.parametrize("rip", [True, False])
+@pytest.mark.parametrize("layers, grid", [(1, (2, 2)), (3, (3, 2)), (6, (2, 3))])
+def test_forced_plans_of_a_mixed_cnn_are_bit_exact_on_host(tmp_path, layers, grid, rip):
+    model = build_cnn((23, 21), 3, C_MIXED, seed=layers)
+    path = _write(model, tmp_path)
+    compiled, _ = _compile_and_check(path, tmp_path / "out", patch=True, patch_layers=layers,
+                                     patch_grid=grid, rip=rip)
+    p = compiled.patch
+    assert p is not None and len(p.layers) == layers and p.grid == grid
+    plan = load_plan(tmp_path / "out")
+    assert plan["patch"]["applied"] and plan["patch"]["grid"] == list(grid)
+    assert len(plan["patch"]["patches"]) == grid[0] * grid[1]
+    # the arena plan is made for the patched graph: its liveness peak is the memory model's
+    assert compiled.plan.liveness_peak_bytes == simulate(compiled.graph,
+                                                         compiled.plan.order).peak_bytes
+    assert sum(1 for n in compiled.graph.nodes.values() if "patch" in n.attrs) \
+        == layers * grid[0] * grid[1]
+    # the patches of a layer share its constant tables: one weight array per conv layer
+    model_c = (tmp_path / "out" / "model" / "model.c").read_text()
+    for name in p.layers:
+        if name.startswith("conv2d"):
+            assert model_c.count(f"{name}_weight[") == 1
+
+
+@needs_cc
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(st.tuples(st.integers(6, 18), st.integers(6, 18)), st.integers(1, 3),
+       st.lists(C_LAYER, min_size=1, max_size=4), st.integers(0, 2 ** 16), st.booleans(),
+       st.data())
+def test_random_cnns_patched_are_bit_exact_on_host(tmp_path_factory, in_hw, cin, layers, seed,
+                                                   rip, data):
+    assume(_fits(in_hw, layers))
+    model = build_cnn(in_hw, cin, layers, seed=seed)
+    chain = prefix_chain(tflite_to_graph(model, fold_pad=True))[1]
+    k = data.draw(st.integers(1, len(chain)))
+    oh, ow = chain[k - 1].out_hw
+    grid = (data.draw(st.integers(1, min(oh, 4))), data.draw(st.integers(1, min(ow, 4))))
+    tmp = tmp_path_factory.mktemp("cnn")
+    _compile_and_check(_write(model, tmp), tmp / "out", patch=True, patch_layers=k,
+                       patch_grid=grid, rip=rip, seed=seed)
+
+
+def _float_input_cnn(seed=3):
+    """float32 input -> QUANTIZE -> conv 3x3/2 -> HARD_SWISH -> MUL by a constant -> depthwise
+    3x3 -> conv 1x1 -> MEAN -> DEQUANTIZE: a float edge and elementwise layers in the
+    prefix (run row by row where a patch is a window of a wider tensor)."""
+    rng = np.random.default_rng(seed)
+    b = ModelBuilder()
+    x0 = b.add_tensor((1, 15, 13, 3), "float32")
+    x = b.add_tensor((1, 15, 13, 3), scale=0.02, zero_point=3)
+    b.add_operator("QUANTIZE", [x0], [x])
+
+    def conv(x, shape, cout, kernel, stride, depthwise=False):
+        _, h, w, c = shape
+        wshape = (1, kernel, kernel, c) if depthwise else (cout, kernel, kernel, c)
+        cout = c if depthwise else cout
+        wt = b.add_tensor(wshape, scale=rng.uniform(0.002, 0.02, cout),
+                          axis=3 if depthwise else 0, data=rng.integers(-127, 128, wshape))
+        bias = b.add_tensor((cout,), "int32", data=rng.integers(-3000, 3000, cout))
+        out_shape = (1, -(-h // stride), -(-w // stride), cout)
+        y = b.add_tensor(out_shape, scale=float(rng.uniform(0.03, 0.1)),
+                         zero_point=int(rng.integers(-20, 20)))
+        opts = {"padding": "SAME", "stride_h": stride, "stride_w": stride,
+                "fused_activation_function": "NONE"}
+        if depthwise:
+            opts["depth_multiplier"] = 1
+        b.add_operator("DEPTHWISE_CONV_2D" if depthwise else "CONV_2D", [x, wt, bias], [y],
+                       opts)
+        return y, out_shape
+
+    y, shape = conv(x, (1, 15, 13, 3), 6, 3, 2)
+    h = b.add_tensor(shape, scale=0.05, zero_point=-5)
+    b.add_operator("HARD_SWISH", [y], [h])
+    c = b.add_tensor((1,), scale=0.01, zero_point=0, data=[77])
+    m = b.add_tensor(shape, scale=0.04, zero_point=2)
+    b.add_operator("MUL", [h, c], [m], {"fused_activation_function": "NONE"})
+    d, shape = conv(m, shape, 0, 3, 1, depthwise=True)
+    e, shape = conv(d, shape, 5, 1, 1)
+    axes = b.add_tensor((2,), "int32", data=[1, 2])
+    mean = b.add_tensor((1, 5), scale=0.05, zero_point=1)
+    b.add_operator("MEAN", [e, axes], [mean], {"keep_dims": False})
+    out = b.add_tensor((1, 5), "float32")
+    b.add_operator("DEQUANTIZE", [mean], [out])
+    return parse_tflite(b.build([x0], [out]))
+
+
+@needs_cc
+@pytest.mark.parametrize("layers, grid", [(1, (2, 3)), (3, (2, 2)), (4, (3, 3)), (5, (1, 2)),
+                                          (5, (4, 1))])
+def test_float_input_and_elementwise_layers_patched_bit_exact(tmp_path, layers, grid):
+    model = _float_input_cnn()
+    chain = prefix_chain(tflite_to_graph(model, fold_pad=True))[1]
+    assert [w.op for w in chain] == ["quantize", "conv2d", "hard_swish", "mul",
+                                     "depthwise_conv2d", "conv2d"]
+    compiled, _ = _compile_and_check(_write(model, tmp_path), tmp_path / "out", patch=True,
+                                     patch_layers=layers, patch_grid=grid)
+    model_c = (tmp_path / "out" / "model" / "model.c").read_text()
+    if grid[1] > 1:       # a column of patches reads rows out of the wider input
+        assert "for (int r = 0; r <" in model_c
+    assert compiled.patch.layers[0] == "quantize_0"
+
+
+def test_explicit_pad_ends_the_prefix_the_c_back_end_can_patch():
+    model = build_cnn((12, 12), 2, [{"op": "CONV_2D", "kernel": (3, 3), "cout": 3},
+                                    {"op": "PAD", "pads": ((0, 1), (1, 1))},
+                                    {"op": "MAX_POOL_2D", "kernel": (2, 2), "stride": (2, 2),
+                                     "padding": "VALID"}])
+    graph = tflite_to_graph(model, fold_pad=True)
+    from tvm_serenity.codegen.graph_c import PATCH_OPS
+    assert [w.op for w in prefix_chain(graph)[1]][:2] == ["conv2d", "pad"]
+    assert [w.op for w in prefix_chain(graph, PATCH_OPS)[1]] == ["conv2d"]
+
+
+@needs_cc
+def test_bad_patch_options_are_refused_in_one_line(tmp_path):
+    path = _write(build_cnn((12, 12), 2, C_MIXED[:2], seed=1), tmp_path)
+    cases = [(dict(patch=True, rewrite=True), "cannot be combined"),
+             (dict(patch=True, patch_layers=2), "together"),
+             (dict(patch=False, patch_layers=1, patch_grid=(2, 2)), "with patch=True"),
+             (dict(patch=True, patch_layers=0, patch_grid=(2, 2)), "positive number"),
+             (dict(patch=True, patch_layers=1, patch_grid=(2, "2")), r"\(rows, columns\)"),
+             (dict(patch=True, patch_overhead=-1), "patch_overhead"),
+             (dict(patch=True, patch_layers=9, patch_grid=(2, 2)), "prefix length 9"),
+             (dict(patch=True, patch_layers=1, patch_grid=(7, 2)), "does not fit")]
+    for options, message in cases:
+        with pytest.raises(SerenityError, match=message) as info:
+            compile_tflite(path, "host", tmp_path / "out", build=False, **options)
+        assert "\n" not in str(info.value)
+        assert not (tmp_path / "out").exists()
+    with pytest.raises(PatchError):
+        compile_tflite(path, "host", tmp_path / "out", build=False, patch=True,
+                       patch_layers=9, patch_grid=(2, 2))
+
+
+@needs_cc
+def test_search_reports_when_no_plan_helps(tmp_path):
+    # a 1x1 conv on a 4x4 input, then the tail: nothing to gain from patches
+    path = _write(build_cnn((4, 4), 2, [{"op": "CONV_2D", "kernel": (1, 1), "cout": 2}]),
+                  tmp_path)
+    compiled = compile_tflite(path, "host", tmp_path / "out", patch=True, build=False)
+    assert compiled.patch is None
+    assert load_plan(tmp_path / "out")["patch"] == {"applied": False}
+    assert "patches: none lowers the peak" in compiled.summary()
+    plain = compile_tflite(path, "host", tmp_path / "plain", build=False)
+    assert load_plan(tmp_path / "plain")["patch"] is None
+    assert "patches" not in plain.summary()
+
+
+@needs_cc
+@pytest.mark.skipif(not (MODELS / "keras" / "mobilenet_v2_035_96.tflite").is_file(),
+                    reason="../shared/models absent")
+def test_mobilenet_v2_patched_on_host_halves_the_arena(tmp_path):
+    path = MODELS / "keras" / "mobilenet_v2_035_96.tflite"
+    plain = compile_tflite(path, "host", tmp_path / "plain", time_limit=30, build=False)
+    compiled, _ = _compile_and_check(path, tmp_path / "out", patch=True)
+    p = compiled.patch
+    assert p is not None and p.extra_macs_fraction <= 0.2
+    assert p.peak_full_input < p.peak_unpatched and p.peak_streamed < p.peak_full_input
+    assert compiled.arena_bytes < 0.6 * plain.arena_bytes
+    plan = json.loads((tmp_path / "out" / "plan.json").read_text())
+    assert plan["arena_bytes"] == compiled.arena_bytes
+    assert plan["patch"]["peak_unpatched_bytes"] == p.peak_unpatched
+
+
+@pytest.mark.slow
+@needs_rp2040js
+def test_patched_cnn_bit_exact_on_rp2040js(tmp_path):
+    model = _float_input_cnn(seed=5)
+    _compile_and_check(_write(model, tmp_path), tmp_path / "out", "pico", patch=True,
+                       patch_layers=5, patch_grid=(2, 3))
+
+
+@pytest.mark.slow
+@needs_qemu
+def test_patched_cnn_bit_exact_on_qemu(tmp_path):
+    model = build_cnn((23, 21), 3, C_MIXED, seed=2)
+    _compile_and_check(_write(model, tmp_path), tmp_path / "out", "pico2", patch=True,
+                       patch_layers=4, patch_grid=(3, 2))
