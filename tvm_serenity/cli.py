@@ -165,6 +165,17 @@ def _add_compile(sub) -> None:
     p.add_argument("--time-limit", type=float, default=30.0, metavar="SEC",
                    help="bound for the scheduler (with --rewrite, the whole rewrite search) "
                         "and the arena solver together (default: 30)")
+    p.add_argument("--patch", action="store_true",
+                   help="patch-based execution of the first layers (MCUNetV2-style) where it "
+                        "lowers the peak (bit-exact; MCU targets only; default: off)")
+    p.add_argument("--patch-overhead", type=float, default=0.2, metavar="FRACTION",
+                   help="with --patch: the extra MACs a plan may cost, a fraction of the "
+                        "network's (default: 0.2)")
+    p.add_argument("--patch-grid", metavar="ROWSxCOLS",
+                   help="with --patch and --patch-layers: force this grid instead of the "
+                        "search, e.g. 4x4")
+    p.add_argument("--patch-layers", type=int, metavar="K",
+                   help="with --patch and --patch-grid: patch the first K layers")
     p.add_argument("--int8-core", action="store_true",
                    help="strip a float32 input QUANTIZE and output DEQUANTIZE and run the int8 "
                         "core (default: the firmware takes and returns the model's own "
@@ -195,6 +206,11 @@ def _cmd_compile(args) -> int:
     from . import micro
     model = _model_file(args.model)
     _check_seconds("--time-limit", args.time_limit)
+    patching = args.patch or args.patch_grid is not None or args.patch_layers is not None \
+        or args.patch_overhead != 0.2
+    if args.target == LLVM_TARGET and patching:
+        raise SerenityError("--patch is for the MCU targets (pico, pico2, host), not llvm")
+    grid = _grid(args.patch_grid)
     if args.target == LLVM_TARGET:
         from .relax_deploy import REPORT_FILE, compile_relax
         built = compile_relax(model, args.output, method=args.schedule, planner=args.planner,
@@ -215,7 +231,9 @@ def _cmd_compile(args) -> int:
                                  planner=args.planner, rip=args.rip is not False,
                                  rewrite=args.rewrite,
                                  time_limit=args.time_limit, force=args.force,
-                                 int8_core=args.int8_core)
+                                 int8_core=args.int8_core, patch=args.patch,
+                                 patch_overhead=args.patch_overhead,
+                                 patch_layers=args.patch_layers, patch_grid=grid)
     from .report import write_compiled_report
     report = write_compiled_report(args.output)
     if args.json:
@@ -224,6 +242,16 @@ def _cmd_compile(args) -> int:
         print(compiled.summary())
         print(f"report: {_shown(args.output, report.html)}")
     return 0
+
+
+def _grid(text: str | None) -> tuple[int, int] | None:
+    """``--patch-grid ROWSxCOLS`` as a tuple; refused in one line when malformed."""
+    if text is None:
+        return None
+    parts = text.lower().split("x")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        raise SerenityError(f"--patch-grid must be ROWSxCOLS such as 4x4, got '{text}'")
+    return int(parts[0]), int(parts[1])
 
 
 def _shown(out: str, path: Path) -> Path:
