@@ -14,14 +14,15 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from test_patch_plan import _LAYER, MIXED, _fits, build_cnn
+from test_patch_plan import (_LAYER, MIXED, RESIDUAL_STAGE, _fits, build_cnn,
+                             inverted_residual)
 from toolchain import needs_cc, needs_qemu, needs_rp2040js
 from tvm_serenity.deploy import compile_tflite, load_plan, run
 from tvm_serenity.errors import SerenityError
 from tvm_serenity.frontend import ModelBuilder, parse_tflite, tflite_to_graph
 from tvm_serenity.frontend.builder import tflite_bytes
 from tvm_serenity.memory import simulate
-from tvm_serenity.rewrite.patch import PatchError, prefix_chain
+from tvm_serenity.rewrite.patch import PatchError, cuts, prefix_chain
 
 MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
 # the MCU's depthwise kernels have depth multiplier 1 (with or without patches)
@@ -86,6 +87,42 @@ def test_random_cnns_patched_are_bit_exact_on_host(tmp_path_factory, in_hw, cin,
     tmp = tmp_path_factory.mktemp("cnn")
     _compile_and_check(_write(model, tmp), tmp / "out", patch=True, patch_layers=k,
                        patch_grid=grid, rip=rip, seed=seed)
+
+
+@needs_cc
+@pytest.mark.parametrize("rip", [True, False])
+@pytest.mark.parametrize("layers, grid", [(5, (2, 2)), (9, (3, 2)), (10, (2, 3)), (1, (4, 4))])
+def test_residual_blocks_patched_are_bit_exact_on_host(tmp_path, layers, grid, rip):
+    """The residual ADD reads a window of its block input's patch (row by row), the expand
+    conv the whole of it; the exit may be the ADD itself."""
+    model = build_cnn((20, 18), 3, RESIDUAL_STAGE, seed=layers)
+    compiled, _ = _compile_and_check(_write(model, tmp_path), tmp_path / "out", patch=True,
+                                     patch_layers=layers, patch_grid=grid, rip=rip)
+    assert len(compiled.patch.layers) == layers
+    adds = [n for n in compiled.graph.nodes.values()
+            if "patch" in n.attrs and n.op == "add"]
+    assert len(adds) == (0 if layers < 5 else 1 if layers < 9 else 2) * grid[0] * grid[1]
+
+
+@needs_cc
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(st.integers(8, 16), st.integers(1, 3), st.integers(1, 3), st.sampled_from([1, 2]),
+       st.sampled_from([(3, 3), (5, 5), (1, 3)]), st.sampled_from([(1, 1), (2, 2)]),
+       st.integers(0, 2 ** 16), st.data())
+def test_random_residual_stages_bit_exact_on_host(tmp_path_factory, hw, cin, blocks, expand,
+                                                  kernel, dilation, seed, data):
+    layers = [{"op": "CONV_2D", "kernel": (3, 3), "stride": (2, 2), "cout": 3}] + \
+        [inverted_residual(3, expand, kernel, dilation) for _ in range(blocks)]
+    model = build_cnn((hw, hw + 1), cin, layers, seed=seed)
+    graph = tflite_to_graph(model, fold_pad=True)
+    name, chain = prefix_chain(graph)
+    k = data.draw(st.sampled_from(cuts(graph, name, chain)))
+    oh, ow = chain[k - 1].out_hw
+    grid = (data.draw(st.integers(1, min(oh, 4))), data.draw(st.integers(1, min(ow, 4))))
+    tmp = tmp_path_factory.mktemp("res")
+    _compile_and_check(_write(model, tmp), tmp / "out", patch=True, patch_layers=k,
+                       patch_grid=grid, seed=seed)
 
 
 def _float_input_cnn(seed=3):

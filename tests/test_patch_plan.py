@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from tvm_serenity.frontend import ModelBuilder, parse_tflite, reference, tflite_to_graph
 from tvm_serenity.frontend.reference import output_size, same_padding
-from tvm_serenity.rewrite.patch import (PatchError, input_range, patch_regions, patched_graph,
+from tvm_serenity.rewrite.patch import (PatchError, cuts, input_range, patch_regions,
+                                        patched_graph,
                                         plan_for, plan_patches, prefix_chain, prefix_macs,
                                         run_patched, split_extent, without_inplace)
 from tvm_serenity.schedule import schedule
@@ -25,24 +26,34 @@ def _q(rng):
 
 
 def build_cnn(in_hw, cin, layers, seed=0, tail=True):
-    """A chain of layers (dicts: op, kernel, stride, dilation, padding, cout/mult, pads),
-    then (``tail``) a 1x1 conv and MEAN over H, W as the unpatched rest."""
+    """A chain of layers (dicts: op, kernel, stride, dilation, padding, cout/mult, pads; or
+    ``{"op": "RESIDUAL", "layers": [...]}``, layers keeping the shape whose output is ADDed
+    to their input), then (``tail``) a 1x1 conv and MEAN over H, W as the unpatched rest."""
     rng = np.random.default_rng(seed)
     b = ModelBuilder()
     shape = (1, *in_hw, cin)
     q = _q(rng)
     x0 = x = b.add_tensor(shape, scale=q[0], zero_point=q[1])
-    for spec in list(layers) + ([{"op": "CONV_2D", "kernel": (1, 1), "cout": 5}] if tail else []):
+
+    def emit(spec, x, shape, q):
         op = spec["op"]
         _, h, w, c = shape
+        if op == "RESIDUAL":
+            y, out_shape, yq = x, shape, q
+            for inner in spec["layers"]:
+                y, out_shape, yq = emit(inner, y, out_shape, yq)
+            assert out_shape == shape, "a residual block keeps the shape"
+            q = _q(rng)
+            s = b.add_tensor(shape, scale=q[0], zero_point=q[1])
+            b.add_operator("ADD", [x, y], [s], {"fused_activation_function": "NONE"})
+            return s, shape, q
         if op == "PAD":
             (t, bt), (lf, rt) = spec["pads"]
             paddings = b.add_tensor((4, 2), "int32", data=[[0, 0], [t, bt], [lf, rt], [0, 0]])
             shape = (1, h + t + bt, w + lf + rt, c)
             y = b.add_tensor(shape, scale=q[0], zero_point=q[1])
             b.add_operator("PAD", [x, paddings], [y])
-            x = y
-            continue
+            return y, shape, q
         kernel, stride = spec.get("kernel", (3, 3)), spec.get("stride", (1, 1))
         dilation, padding = spec.get("dilation", (1, 1)), spec.get("padding", "SAME")
         pt, pb, pl, pr = same_padding(padding, (h, w), kernel, stride, dilation)
@@ -55,8 +66,7 @@ def build_cnn(in_hw, cin, layers, seed=0, tail=True):
                                           "stride_w": stride[1], "filter_height": kernel[0],
                                           "filter_width": kernel[1],
                                           "fused_activation_function": "NONE"})
-            x = y
-            continue
+            return y, shape, q
         if op == "CONV_2D":
             cout = spec["cout"]
             wshape, axis = (cout, *kernel, c), 0
@@ -75,7 +85,10 @@ def build_cnn(in_hw, cin, layers, seed=0, tail=True):
         if op == "DEPTHWISE_CONV_2D":
             opts["depth_multiplier"] = spec.get("mult", 1)
         b.add_operator(op, [x, wt, bias], [y], opts)
-        x = y
+        return y, shape, q
+
+    for spec in list(layers) + ([{"op": "CONV_2D", "kernel": (1, 1), "cout": 5}] if tail else []):
+        x, shape, q = emit(spec, x, shape, q)
     out = x
     if tail:
         axes = b.add_tensor((2,), "int32", data=[1, 2])
@@ -83,6 +96,20 @@ def build_cnn(in_hw, cin, layers, seed=0, tail=True):
         out = b.add_tensor((1, shape[3]), scale=q[0], zero_point=q[1])
         b.add_operator("MEAN", [x, axes], [out], {"keep_dims": False})
     return parse_tflite(b.build([x0], [out]))
+
+
+def inverted_residual(channels, expand=3, kernel=(3, 3), dilation=(1, 1)):
+    """MobileNetV2's block at stride 1: 1x1 expand, depthwise, 1x1 project, + the input."""
+    return {"op": "RESIDUAL", "layers": [
+        {"op": "CONV_2D", "kernel": (1, 1), "cout": channels * expand},
+        {"op": "DEPTHWISE_CONV_2D", "kernel": kernel, "dilation": dilation},
+        {"op": "CONV_2D", "kernel": (1, 1), "cout": channels, "activation": "NONE"}]}
+
+
+#: a first stage like MCUNet's: a strided conv, two residual blocks, a strided depthwise
+RESIDUAL_STAGE = [{"op": "CONV_2D", "kernel": (3, 3), "stride": (2, 2), "cout": 4},
+                  inverted_residual(4), inverted_residual(4, expand=2, kernel=(5, 5)),
+                  {"op": "DEPTHWISE_CONV_2D", "kernel": (3, 3), "stride": (2, 2)}]
 
 
 def _input(model, seed=1):
@@ -210,6 +237,39 @@ def test_run_patched_exact_explicit_pad(fold_pad):
         for grid in [(2, 2), (3, 2)]:
             if grid[0] <= chain[k - 1].out_hw[0] and grid[1] <= chain[k - 1].out_hw[1]:
                 assert_exact(model, k, grid, fold_pad=fold_pad)
+
+
+def test_residual_blocks_are_in_the_prefix_and_cut_only_after_their_add():
+    model = build_cnn((20, 18), 3, RESIDUAL_STAGE, seed=4)
+    graph = tflite_to_graph(model)
+    name, chain = prefix_chain(graph)
+    ops = [w.op for w in chain]
+    assert ops[:9] == ["conv2d", "conv2d", "depthwise_conv2d", "conv2d", "add",
+                       "conv2d", "depthwise_conv2d", "conv2d", "add"]
+    # inside a block two tensors leave the layers so far (the block input, the branch)
+    assert cuts(graph, name, chain)[:4] == [1, 5, 9, 10]
+    with pytest.raises(PatchError, match=r"a prefix of 3 layers cannot end there, "
+                                         r"'conv2d_0' is read after it"):
+        plan_for(graph, 3, (2, 2))
+    # the block input's patch region is what the expand conv needs (the depthwise halo),
+    # the ADD reads a part of it
+    regions = patch_regions(chain[:5], (2, 2))
+    for patch in regions:
+        by = {r.layer: r for r in patch}
+        add = by[chain[4].name]
+        first = by[chain[0].name]
+        assert first.out_rows[0] <= add.in_rows[0] and add.in_rows[1] <= first.out_rows[1]
+        assert (first.out_rows, first.out_cols) == (by[chain[1].name].in_rows,
+                                                    by[chain[1].name].in_cols)
+        assert (add.out_rows, add.out_cols) == (add.in_rows, add.in_cols)
+
+
+@pytest.mark.parametrize("grid", [(2, 2), (3, 2), (1, 3)])
+@pytest.mark.parametrize("prefix_length", [5, 9, 10])
+def test_run_patched_exact_through_residual_blocks(prefix_length, grid):
+    model = build_cnn((20, 18), 3, RESIDUAL_STAGE, seed=prefix_length)
+    plan = assert_exact(model, prefix_length, grid)
+    assert plan.layers[-1].startswith("add" if prefix_length < 10 else "depthwise")
 
 
 _LAYER = st.one_of(

@@ -368,8 +368,7 @@ def _tensor_nodes(core: TFLiteModel, graph: Graph, operator_of: dict[str, int]) 
     for node in graph.nodes.values():
         origin = node.attrs.get("rewrite")
         patch = node.attrs.get("patch")
-        if node.op == "patch_output" or (patch is not None
-                                         and patch.get("out_row_pitch") is None):
+        if node.op == "patch_output" or (patch is not None and not patch["exit"]):
             continue     # a patch's own tensor; the output chain's last patch holds the tensor
         if node.is_input:
             out[int(node.attrs["tensor_index"])] = node.name
@@ -748,15 +747,18 @@ class _Emitter:
     # ----------------------------------------------------------------------- patches
     def patch_step(self, node, op, in_place):
         """One patch of a prefix layer (:mod:`tvm_serenity.rewrite.patch`): the layer's kernel
-        for the patch's region (its padding only at the tensor's borders), the input read out
-        of the full input and the output written into the full output where the patch says
-        (rows ``*_row_pitch`` elements apart). A window layer's kernel takes the pitches; an
-        elementwise one runs row by row when either side is a window of a wider tensor."""
+        for the patch's region (its padding only at the tensor's borders), each input read out
+        of the buffer it lies in (the full input, the patch of the layer before) and the last
+        layer's output written into the full output, where the patch says (rows
+        ``*_row_pitch`` elements apart). A window layer's kernel takes the pitches; an
+        elementwise one (a residual ADD too) runs row by row when any side is a window of a
+        wider buffer."""
         patch = node.attrs["patch"]
-        src = node.inputs[-1]
-        in_item = np.dtype(self.graph[src].dtype or "int8").itemsize
+        sources = node.inputs[1:] if node.inplace == "alias" else node.inputs
+        item = lambda name: np.dtype(self.graph[name].dtype or "int8").itemsize
+        in_ptrs = [f"ARENA({self.location[src] + offset * item(src)})"
+                   for src, offset in zip(sources, patch["in_offsets"])]
         out_item = np.dtype(node.dtype or "int8").itemsize
-        x_ptr = f"ARENA({self.location[src] + patch['in_offset'] * in_item})"
         out_ptr = f"ARENA({self.plan.offsets[node.name] + patch['out_offset'] * out_item})"
         rows = patch["rows"][1] - patch["rows"][0]
         cols = patch["cols"][1] - patch["cols"][0]
@@ -766,15 +768,19 @@ class _Emitter:
             prefix = (f"memcpy({self.output(node)}, {self.at(node.inputs[0])}, "
                       f"{node.bytes});\n    ")
         base = _c_name(patch["of"])
+        layout = "alias" if in_place else "dual"
+        activations = [i for i, t in enumerate(op.inputs)
+                       if t >= 0 and self.core.tensors[t].data is None]
         if op.op in WINDOW_OPS:
             region = dataclasses.replace(node, shape=(1, rows, cols, channels),
                                          bytes=rows * cols * channels * out_item)
             call = kernel_call(self.core, op, region, name=base)
             kernel = self.tir_kernel(call.spec, call.layout)
-            args = [self.argument(region, op, arg, x_ptr, out_ptr, base) for arg in call.args]
-            return kernel, "alias" if in_place else "dual", prefix + _call(kernel, args)
-        in_channels = int(node.attrs["in_shapes"][0][3])
-        pitched = patch["in_row_pitch"] is not None or patch["out_row_pitch"] is not None
+            ptrs = dict(zip(activations, in_ptrs))
+            args = [self.argument(region, op, arg, ptrs, out_ptr, base) for arg in call.args]
+            return kernel, layout, prefix + _call(kernel, args)
+        pitched = patch["out_row_pitch"] is not None or \
+            any(p is not None for p in patch["in_row_pitches"])
         steps = rows if pitched else 1
         elements = rows * cols * channels // steps
         part = dataclasses.replace(node, shape=(1, rows // steps, cols, channels),
@@ -783,20 +789,24 @@ class _Emitter:
         kernel = self.patch_kernels.get(key)
         if kernel is None:
             kernel = self.unique_name(f"{base}_{elements}")
-            self.used_names.discard(kernel)     # op_kernel claims it
+            self.used_names.discard(kernel)     # op_kernel or tir_kernel claims it
         call = kernel_call(self.core, op, part, name=kernel)
-        if key not in self.patch_kernels:
+        if call.spec is not None:               # the same-shape ADD of a residual block
+            kernel = self.tir_kernel(call.spec, call.layout)
+        elif key not in self.patch_kernels:
             self.op_kernel(call.c_kernel())
-            self.patch_kernels[key] = kernel
+        self.patch_kernels[key] = kernel
         if not pitched:
-            args = [self.argument(part, op, arg, x_ptr, out_ptr, base) for arg in call.args]
-            return kernel, "alias" if in_place else "dual", prefix + _call(kernel, args)
-        in_pitch = (patch["in_row_pitch"] or cols * in_channels) * in_item
-        out_pitch = (patch["out_row_pitch"] or cols * channels) * out_item
-        args = [self.argument(part, op, arg, f"{x_ptr} + r * {in_pitch}",
-                              f"{out_ptr} + r * {out_pitch}", base) for arg in call.args]
-        loop = f"for (int r = 0; r < {rows}; r++) {_call(kernel, args)}"
-        return kernel, "alias" if in_place else "dual", prefix + loop
+            ptrs = dict(zip(activations, in_ptrs))
+            args = [self.argument(part, op, arg, ptrs, out_ptr, base) for arg in call.args]
+            return kernel, layout, prefix + _call(kernel, args)
+        in_channels = int(node.attrs["in_shapes"][0][3])
+        ptrs = {i: f"{ptr} + r * {(pitch or cols * in_channels) * item(src)}"
+                for i, ptr, pitch, src in zip(activations, in_ptrs, patch["in_row_pitches"],
+                                              sources)}
+        out_row = f"{out_ptr} + r * {(patch['out_row_pitch'] or cols * channels) * out_item}"
+        args = [self.argument(part, op, arg, ptrs, out_row, base) for arg in call.args]
+        return kernel, layout, prefix + f"for (int r = 0; r < {rows}; r++) {_call(kernel, args)}"
 
     # ----------------------------------------------------------------------- operators
     def operator_step(self, node, op, in_place, x_ptr: str | None = None):
@@ -818,14 +828,16 @@ class _Emitter:
             self.float_math.update(call.float_math)
         return kernel, call.layout, _call(kernel, args)
 
-    def argument(self, node, op: Operator, arg, x_ptr: str | None, out_ptr: str | None = None,
-                 base: str | None = None) -> str:
+    def argument(self, node, op: Operator, arg, x_ptr: str | dict | None,
+                 out_ptr: str | None = None, base: str | None = None) -> str:
         """One kernel argument (:mod:`.kernel_call`) as a C expression. ``x_ptr`` overrides
-        where operand 0 is read; with ``out_ptr`` (a patch: one activation operand) it is
-        every activation operand, and ``out_ptr`` where the result goes; ``base`` names the
-        tables (default: the node)."""
+        where operand 0 is read, or (a dict: operand index -> pointer) where each operand
+        is; ``out_ptr`` where the result goes; ``base`` names the tables (default: the
+        node)."""
         if isinstance(arg, Operand):
-            if x_ptr is not None and (arg.index == 0 or out_ptr is not None):
+            if isinstance(x_ptr, dict):
+                return x_ptr[arg.index]
+            if x_ptr is not None and arg.index == 0:
                 return x_ptr
             return self.at(self.tensor_node[op.inputs[arg.index]])
         if isinstance(arg, Result):

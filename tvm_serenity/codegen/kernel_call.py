@@ -178,7 +178,8 @@ class _Calls:
         in_hwc = tuple(in_shape[1:])
         patch = a.get("patch") or {}
         geometry = dict(kernel=tuple(a["kernel"]), stride=tuple(a["stride"]),
-                        padding=tuple(a["padding"]), input_row_pitch=patch.get("in_row_pitch"),
+                        padding=tuple(a["padding"]),
+                        input_row_pitch=(patch.get("in_row_pitches") or [None])[0],
                         output_row_pitch=patch.get("out_row_pitch"))
         workspace = {"workspace_bytes": self.node.inplace} if self.in_place else {}
         tables: list[Table] = []
@@ -229,7 +230,8 @@ class _Calls:
         rescale = AddRescale(p.input2_zero_point, p.input1_multiplier, p.input1_shift,
                              p.input2_multiplier, p.input2_shift, int(p.output.multiplier),
                              int(p.output.shift), p.left_shift)
-        hwc = tuple(out.shape[1:]) if len(out.shape) == 4 else (1, 1, out.size)
+        shape = self.node.shape or out.shape    # a patch of the ADD: the node's
+        hwc = tuple(shape[1:]) if len(shape) == 4 else (1, 1, self.elements)
         spec = LayerSpec.elementwise_add(hwc, rescale, input_zero_point=p.input1_zero_point,
                                          output_zero_point=p.output.output_zero_point,
                                          act_min=p.output.act_min, act_max=p.output.act_max)

@@ -73,7 +73,7 @@ from ..frontend import reference
 from ..frontend.tflite_model import TFLiteModel
 
 __all__ = ["PatchError", "Window", "LayerRegion", "PatchPlan", "window_of", "prefix_chain",
-           "split_extent", "input_range", "patch_regions", "prefix_macs", "network_macs",
+           "cuts", "split_extent", "input_range", "patch_regions", "source_region", "prefix_macs", "network_macs",
            "patched_graph", "without_inplace", "plan_patches", "plan_for", "run_patched",
            "GRID_MAX"]
 
@@ -110,6 +110,7 @@ class Window:
     out_pixel_bytes: int                  # bytes of one output pixel (all channels)
     in_channels: int
     macs_per_pixel: int                   # MACs (pool: taps) per output pixel
+    inputs: tuple[str, ...] = ()          # the nodes it reads (two for a residual ADD)
 
 
 @dataclass(frozen=True)
@@ -173,11 +174,25 @@ def window_of(graph: Graph, name: str) -> Window | None:
     """The window geometry of node ``name``, or None when it is no NHWC window layer."""
     node = graph[name]
     a = node.attrs
-    if len(node.inputs) != 1 or node.shape is None or len(node.shape) != 4 \
-            or node.shape[0] != 1 or "tflite_index" not in a:
+    if node.shape is None or len(node.shape) != 4 or node.shape[0] != 1 \
+            or "tflite_index" not in a or "patch" in a:
         return None
     out_hw = _hw(node.shape)
     pixel = node.bytes // (out_hw[0] * out_hw[1]) if out_hw[0] * out_hw[1] else 0
+    if len(node.inputs) == 2 and node.op == "add":       # a residual connection's ADD
+        shapes = [graph[i].shape for i in node.inputs]
+        if any(sh is None or tuple(sh) != tuple(node.shape) for sh in shapes):
+            return None
+        return Window(name, node.op, a["tflite_index"], (1, 1), (1, 1), (1, 1), (0, 0, 0, 0),
+                      out_hw, out_hw, pixel, int(node.shape[3]), 0, tuple(node.inputs))
+    if len(node.inputs) != 1:
+        return None
+    window = _one_input_window(graph, node, out_hw, pixel)
+    return None if window is None else dataclasses.replace(window, inputs=tuple(node.inputs))
+
+
+def _one_input_window(graph: Graph, node: Node, out_hw, pixel) -> Window | None:
+    name, a = node.name, node.attrs
     if node.op in _CONVS + _POOLS:
         kernel, stride = tuple(a["kernel"]), tuple(a["stride"])
         dilation = tuple(a.get("dilation", (1, 1)))
@@ -207,27 +222,41 @@ def window_of(graph: Graph, name: str) -> Window | None:
 
 
 def prefix_chain(graph: Graph, ops=None) -> tuple[str, list[Window]]:
-    """The graph input and the longest chain of window layers from it: the first reads the
-    input (its only reader), each reads the previous one, the only reader of each tensor but
-    the last, which is no graph output; ``ops`` (TFLite operator names), when given, limits
-    the layers to those a back end can run on a patch. ``("", [])`` when the graph has no
-    such start."""
+    """The graph input and the layers a patch plan may cover, in the graph's (topological)
+    order: from the input on, every node whose inputs are the graph input or earlier such
+    layers, while it is a window layer or a residual ADD of two of them (:func:`window_of`);
+    ``ops`` (TFLite operator names), when given, limits them to what a
+    back end can run on a patch. A prefix is the first ``k`` of them where :func:`cuts`
+    allows. ``("", [])`` when the graph has no such start."""
     inputs = graph.input_names
-    if len(inputs) != 1 or len(graph.consumers[inputs[0]]) != 1:
+    if len(inputs) != 1:
         return "", []
+    taken = {inputs[0]}
     chain: list[Window] = []
-    prev = inputs[0]
-    while True:
-        readers = graph.consumers[prev]
-        if len(readers) != 1 or (chain and prev in graph.outputs):
-            break
-        window = window_of(graph, readers[0])
-        if window is None or (ops is not None
-                              and graph[readers[0]].attrs.get("tflite_op") not in ops):
+    for name in graph.op_names:
+        node = graph[name]
+        window = window_of(graph, name)
+        if window is None or not set(node.inputs) <= taken \
+                or (ops is not None and node.attrs.get("tflite_op") not in ops):
             break
         chain.append(window)
-        prev = window.name
+        taken.add(name)
     return inputs[0], chain
+
+
+def cuts(graph: Graph, input_name: str, chain: list[Window]) -> list[int]:
+    """The prefix lengths ``k`` of ``chain`` that end where one tensor leaves: the first
+    ``k`` layers read every reader of the graph input, and of their tensors only the last
+    one's is read after them (or is a graph output)."""
+    out = []
+    inside: set[str] = set()
+    for k, w in enumerate(chain, 1):
+        inside.add(w.name)
+        escaping = [v.name for v in chain[:k] if v.name in graph.outputs
+                    or any(c not in inside for c in graph.consumers[v.name])]
+        if escaping == [w.name] and set(graph.consumers[input_name]) <= inside:
+            out.append(k)
+    return out
 
 
 def split_extent(extent: int, parts: int) -> list[Span]:
@@ -246,25 +275,47 @@ def input_range(out: Span, in_extent: int, kernel: int, stride: int, dilation: i
     return (start, stop), start - lo, hi - stop
 
 
+def _union(a: tuple[Span, Span] | None, b: tuple[Span, Span]) -> tuple[Span, Span]:
+    if a is None:
+        return b
+    return ((min(a[0][0], b[0][0]), max(a[0][1], b[0][1])),
+            (min(a[1][0], b[1][0]), max(a[1][1], b[1][1])))
+
+
 def patch_regions(windows: list[Window], grid: tuple[int, int]
                   ) -> list[tuple[LayerRegion, ...]]:
-    """Per patch of the last layer's ``grid`` (row-major), per layer: its region."""
+    """Per patch of the last layer's ``grid`` (row-major), per layer: its region. The layers
+    are visited last to first; a layer's output region is the bounding box of what its
+    readers in the prefix need (a residual connection's input is needed by the block's first
+    layer, with its halo, and by the ADD)."""
     last = windows[-1]
     out = []
     for patch_rows in split_extent(last.out_hw[0], grid[0]):
         for patch_cols in split_extent(last.out_hw[1], grid[1]):
-            rows, cols = patch_rows, patch_cols
-            regions = []
+            need = {last.name: (patch_rows, patch_cols)}
+            regions = {}
             for w in reversed(windows):
+                rows, cols = need[w.name]
                 in_rows, top, bottom = input_range(rows, w.in_hw[0], w.kernel[0], w.stride[0],
                                                    w.dilation[0], w.padding[0])
                 in_cols, left, right = input_range(cols, w.in_hw[1], w.kernel[1], w.stride[1],
                                                    w.dilation[1], w.padding[2])
-                regions.append(LayerRegion(w.name, rows, cols, in_rows, in_cols,
-                                           (top, bottom, left, right)))
-                rows, cols = in_rows, in_cols
-            out.append(tuple(reversed(regions)))
+                regions[w.name] = LayerRegion(w.name, rows, cols, in_rows, in_cols,
+                                              (top, bottom, left, right))
+                for src in w.inputs:
+                    need[src] = _union(need.get(src), (in_rows, in_cols))
+            out.append(tuple(regions[w.name] for w in windows))
     return out
+
+
+def source_region(windows: list[Window], patch: tuple[LayerRegion, ...], source: str
+                  ) -> tuple[Span, Span]:
+    """Rows and columns of ``source`` (a layer, or the graph input) that one patch reads."""
+    box = None
+    for w, r in zip(windows, patch):
+        if source in w.inputs:
+            box = _union(box, (r.in_rows, r.in_cols))
+    return box
 
 
 def prefix_macs(windows: list[Window], regions=None) -> int:
@@ -288,36 +339,45 @@ def network_macs(graph: Graph) -> int:
 
 
 # ------------------------------------------------------------------------- graph IR
-def _region_attrs(orig: Node, w: Window, r: LayerRegion, p: int, source, target) -> dict:
+def _window_of_buffer(region: tuple[Span, Span], buffer: tuple[Span, Span], channels: int
+                      ) -> tuple[int, int | None]:
+    """Where ``region`` starts in a row-major ``buffer`` holding rows x cols (elements), and
+    the pitch of its rows (None when the region spans the buffer's width: contiguous)."""
+    (rows, cols), (buffer_rows, buffer_cols) = region, buffer
+    width = buffer_cols[1] - buffer_cols[0]
+    offset = ((rows[0] - buffer_rows[0]) * width + cols[0] - buffer_cols[0]) * channels
+    return offset, None if cols == buffer_cols else width * channels
+
+
+def _region_attrs(orig: Node, w: Window, r: LayerRegion, p: int, sources, target) -> dict:
     """Patch node attributes: the layer's own with its input shape and padding those of the
-    region (what a kernel for the region is built from), and ``"patch"``: where the patch
-    reads and writes. ``source`` / ``target`` are ``(columns, channels)`` of the full tensor
-    the region is read from / written into (the graph input, the prefix output), None for a
-    patch tensor of its own: a region of a wider tensor starts ``*_offset`` elements into
-    it and its rows are ``*_row_pitch`` elements apart (None: contiguous)."""
+    region (what a kernel for the region is built from), and ``"patch"``: which layer and
+    patch, and where it reads and writes. ``sources``: per input of ``w``, the rows and
+    columns the buffer it reads holds (the graph input, its streamed region, or the patch of
+    the layer before); ``target``: the full prefix output for the last layer (None: a patch
+    tensor of its own). A region of a wider buffer starts ``*_offset`` elements into it and
+    its rows are ``*_row_pitch`` elements apart (None: contiguous)."""
     in_shape = [1, r.in_rows[1] - r.in_rows[0], r.in_cols[1] - r.in_cols[0], w.in_channels]
     attrs = dict(orig.attrs)
     if w.op in _CONVS + _POOLS:
         attrs.update(in_shape=in_shape, padding=list(r.padding))
     else:
-        attrs["in_shapes"] = [in_shape, *orig.attrs.get("in_shapes", [])[1:]]
+        attrs["in_shapes"] = [in_shape] * len(w.inputs) + \
+            list(orig.attrs.get("in_shapes", []))[len(w.inputs):]
         if w.op in _PADS:
             top, bottom, left, right = r.padding
             attrs["paddings"] = [[0, 0], [top, bottom], [left, right], [0, 0]]
-
-    def place(rows: Span, cols: Span, full, channels: int) -> tuple[int, int | None]:
-        if full is None:
-            return 0, None
-        width, _ = full
-        return (rows[0] * width + cols[0]) * channels, width * channels
-
-    in_offset, in_pitch = place(r.in_rows, r.in_cols, source, w.in_channels)
-    out_offset, out_pitch = place(r.out_rows, r.out_cols, target, int(orig.shape[3]))
-    attrs["patch"] = {"of": w.name, "index": p, "rows": list(r.out_rows),
-                      "cols": list(r.out_cols), "in_rows": list(r.in_rows),
-                      "in_cols": list(r.in_cols), "in_offset": in_offset,
-                      "in_row_pitch": in_pitch, "out_offset": out_offset,
-                      "out_row_pitch": out_pitch}
+    reads = [_window_of_buffer((r.in_rows, r.in_cols), box, w.in_channels) for box in sources]
+    out_offset, out_pitch = 0, None
+    if target is not None:
+        out_offset, out_pitch = _window_of_buffer((r.out_rows, r.out_cols), target,
+                                                  int(orig.shape[3]))
+    attrs["patch"] = {"of": w.name, "index": p, "exit": target is not None,
+                      "rows": list(r.out_rows), "cols": list(r.out_cols),
+                      "in_rows": list(r.in_rows), "in_cols": list(r.in_cols),
+                      "in_offsets": [o for o, _ in reads],
+                      "in_row_pitches": [pitch for _, pitch in reads],
+                      "out_offset": out_offset, "out_row_pitch": out_pitch}
     return attrs
 
 
@@ -331,8 +391,9 @@ def patched_graph(graph: Graph, input_name: str, windows: list[Window],
     input_node = graph[input_name]
     in_pixel = input_node.bytes // (windows[0].in_hw[0] * windows[0].in_hw[1])
     prefix = {w.name for w in windows}
-    full_input = (windows[0].in_hw[1], int(input_node.shape[3]))
-    full_output = (last.out_hw[1], int(graph[last.name].shape[3]))
+    in_hw = _hw(input_node.shape)
+    whole_input = ((0, in_hw[0]), (0, in_hw[1]))
+    full_output = ((0, last.out_hw[0]), (0, last.out_hw[1]))
     alloc = Node(f"{last.name}.alloc", "patch_output", (), graph[last.name].bytes,
                  graph[last.name].shape, graph[last.name].dtype, {"patch_output": last.name})
     nodes: list[Node] = [] if stream_input else [input_node]
@@ -340,30 +401,31 @@ def patched_graph(graph: Graph, input_name: str, windows: list[Window],
     y = alloc.name
     for p, patch in enumerate(regions):
         tag = f"patch{p}"
-        src = input_name
-        source = None if stream_input else full_input
+        held = {input_name: (input_name, whole_input)}    # layer -> (node, rows x cols held)
         if stream_input:
-            first = patch[0]
-            src = f"{input_name}.{tag}"
-            nodes.append(Node(src, "input_region", (), first.in_pixels * in_pixel,
-                              (1, first.in_rows[1] - first.in_rows[0],
-                               first.in_cols[1] - first.in_cols[0], input_node.shape[3]),
-                              input_node.dtype, {"patch": p, "rows": list(first.in_rows),
-                                                 "cols": list(first.in_cols)}))
+            rows, cols = source_region(windows, patch, input_name)
+            held[input_name] = (f"{input_name}.{tag}", (rows, cols))
+            nodes.append(Node(held[input_name][0], "input_region", (),
+                              (rows[1] - rows[0]) * (cols[1] - cols[0]) * in_pixel,
+                              (1, rows[1] - rows[0], cols[1] - cols[0], input_node.shape[3]),
+                              input_node.dtype, {"patch": p, "rows": list(rows),
+                                                 "cols": list(cols)}))
         for w, r in zip(windows, patch):
             orig = graph[w.name]
-            shape = (1, r.out_rows[1] - r.out_rows[0], r.out_cols[1] - r.out_cols[0],
-                     orig.shape[3])
+            srcs = tuple(held[i][0] for i in w.inputs)
+            attrs = _region_attrs(orig, w, r, p, [held[i][1] for i in w.inputs],
+                                  full_output if w is last else None)
             name = f"{w.name}.{tag}"
-            attrs = _region_attrs(orig, w, r, p, source, full_output if w is last else None)
             if w is last:
-                nodes.append(Node(name, orig.op, (y, src), orig.bytes, orig.shape, orig.dtype,
-                                  attrs, "alias"))
+                nodes.append(Node(name, orig.op, (y, *srcs), orig.bytes, orig.shape,
+                                  orig.dtype, attrs, "alias"))
                 y = name
             else:
-                nodes.append(Node(name, orig.op, (src,), r.out_pixels * w.out_pixel_bytes,
+                shape = (1, r.out_rows[1] - r.out_rows[0], r.out_cols[1] - r.out_cols[0],
+                         orig.shape[3])
+                nodes.append(Node(name, orig.op, srcs, r.out_pixels * w.out_pixel_bytes,
                                   shape, orig.dtype, attrs))
-            src, source = name, None
+            held[w.name] = (name, (r.out_rows, r.out_cols))
     rename = {last.name: y}
     for name, node in graph.nodes.items():
         if name in prefix or name == input_name:
@@ -401,7 +463,8 @@ def plan_patches(graph: Graph, *, max_overhead: float = 0.2, stream_input: bool 
     base_steps = simulate(graph, base_order).step_bytes
     total_macs = network_macs(graph)
     best: tuple | None = None       # (peak, prefix length, grid, schedule)
-    for k in range(1, len(chain) + 1):
+    lengths = cuts(graph, input_name, chain)
+    for n_cut, k in enumerate(lengths):
         windows = chain[:k]
         last = windows[-1]
         grids = [(n, m) for n in range(1, min(grid_max, last.out_hw[0]) + 1)
@@ -417,7 +480,7 @@ def plan_patches(graph: Graph, *, max_overhead: float = 0.2, stream_input: bool 
             if extra > max_overhead * total_macs:
                 continue
             g = patched_graph(graph, input_name, windows, regions, stream_input)
-            share = 1.0 / max(1, (len(chain) - k + 1) * (len(grids) - n_grid))
+            share = 1.0 / max(1, (len(lengths) - n_cut) * (len(grids) - n_grid))
             res = schedule(g, method, time_limit=deadline.share(share))
             if best_k is None or res.peak_bytes < best_k[0]:
                 best_k = (res.peak_bytes, k, grid, res)
@@ -450,6 +513,14 @@ def plan_for(graph: Graph, prefix_length: int, grid: tuple[int, int], *,
     if not 1 <= prefix_length <= len(chain):
         raise PatchError(f"graph '{graph.name}': prefix length {prefix_length} is not within "
                          f"the {len(chain)} window layers chained from its input")
+    if prefix_length not in cuts(graph, input_name, chain):
+        inside = {v.name for v in chain[:prefix_length]}
+        leaving = [w.name for w in chain[:prefix_length - 1] if w.name in graph.outputs
+                   or any(c not in inside for c in graph.consumers[w.name])] or [input_name]
+        raise PatchError(f"layer '{chain[prefix_length - 1].name}': a prefix of "
+                         f"{prefix_length} layers cannot end there, '{leaving[0]}' is read "
+                         f"after it (possible lengths: "
+                         f"{', '.join(map(str, cuts(graph, input_name, chain)))})")
     windows = chain[:prefix_length]
     if not (1 <= grid[0] <= windows[-1].out_hw[0] and 1 <= grid[1] <= windows[-1].out_hw[1]):
         raise PatchError(f"layer '{windows[-1].name}': grid {grid[0]}x{grid[1]} does not fit "
@@ -475,11 +546,12 @@ def plan_for(graph: Graph, prefix_length: int, grid: tuple[int, int], *,
 
 # ------------------------------------------------------------------- numpy execution
 def _layer_on_region(model: TFLiteModel, kernels: dict, w: Window, region: LayerRegion,
-                     x: np.ndarray) -> np.ndarray:
-    """Layer ``w`` on its input region ``x`` with the region's padding: the patch's output
-    (``kernels``: the interpreter's prepared kernel of each operator index)."""
+                     xs: list[np.ndarray]) -> np.ndarray:
+    """Layer ``w`` on its input regions ``xs`` (one per input) with the region's padding: the
+    patch's output (``kernels``: the interpreter's prepared kernel of each operator index)."""
     op = model.operator(w.tflite_index)
     pad = region.padding
+    x = xs[0]
     if w.op in _CONVS:
         params = dataclasses.replace(reference.conv_params(model, op), padding=pad)
         weights = model.tensors[op.inputs[1]].data
@@ -503,11 +575,11 @@ def _layer_on_region(model: TFLiteModel, kernels: dict, w: Window, region: Layer
         return reference.pad(x, [[0, 0], [pad[0], pad[1]], [pad[2], pad[3]], [0, 0]], value)
     if op.op not in _ELEMENTWISE_TFLITE:
         raise PatchError(f"{model.where(op)}: {op.op} is no patchable layer")
-    args = []
+    args, activations = [], iter(xs)
     for i in op.inputs:
         t = model.tensors[i] if i >= 0 else None
         if t is None or t.data is None:
-            args.append(x if t is not None else None)
+            args.append(next(activations) if t is not None else None)
         elif t.data.ndim == 4 and t.data.shape[1:3] == tuple(w.out_hw):
             args.append(t.data[:, slice(*region.out_rows), slice(*region.out_cols)])
         else:
@@ -530,15 +602,21 @@ def run_patched(model: TFLiteModel, plan: PatchPlan, inputs) -> list[np.ndarray]
     y_tensor = tensors[last.outputs[0]]
     y = np.zeros(y_tensor.shape, dtype=y_tensor.dtype)
     for patch in plan.regions:
-        r0 = patch[0]
-        x = x_full[:, slice(*r0.in_rows), slice(*r0.in_cols)]
+        # layer -> (its patch's values, the first row and column they hold)
+        held = {plan.input: (x_full, 0, 0)}
         for w, region in zip(plan.windows, patch):
-            x = _layer_on_region(model, kernels, w, region, x)
+            xs = []
+            for src in w.inputs:
+                a, r0, c0 = held[src]
+                xs.append(a[:, region.in_rows[0] - r0:region.in_rows[1] - r0,
+                            region.in_cols[0] - c0:region.in_cols[1] - c0])
+            x = _layer_on_region(model, kernels, w, region, xs)
             want = (1, region.out_rows[1] - region.out_rows[0],
                     region.out_cols[1] - region.out_cols[0])
             if x.shape[:3] != want:
                 raise PatchError(f"layer '{w.name}': patch output {list(x.shape)} is not the "
                                  f"region {list(want)}")
+            held[w.name] = (x, region.out_rows[0], region.out_cols[0])
         y[:, slice(*patch[-1].out_rows), slice(*patch[-1].out_cols)] = x
     values[last.outputs[0]] = y
     skipped = _prefix_ops(model, {w.tflite_index for w in plan.windows})
