@@ -185,6 +185,29 @@ def test_float_input_and_elementwise_layers_patched_bit_exact(tmp_path, layers, 
     assert compiled.patch.layers[0] == "quantize_0"
 
 
+@needs_cc
+@pytest.mark.parametrize("grid", [(2, 3), (3, 1)])
+def test_streamed_input_is_read_patch_by_patch_and_bit_exact(tmp_path, grid):
+    """stream_input: the input is no arena tensor; model_run reads each patch's region
+    through model_read_input (the harness serves it from the embedded bytes)."""
+    model = _float_input_cnn(seed=7)
+    compiled, result = _compile_and_check(_write(model, tmp_path), tmp_path / "out",
+                                          patch=True, patch_layers=5, patch_grid=grid,
+                                          stream_input=True)
+    (streamed,) = compiled.emitted.inputs
+    assert streamed.streamed and streamed.offset == -1
+    h = compiled.emitted.model_h
+    assert "#define MODEL_STREAMS_INPUT 1" in h and "#define MODEL_INPUT0_STREAMED 1" in h
+    model_c = compiled.emitted.model_c
+    assert model_c.count("model_read_input(") >= grid[0] * grid[1]
+    # the arena holds no input: the plan's peak is the streamed one, below the resident one
+    p = compiled.patch
+    assert p.stream_input and compiled.plan.liveness_peak_bytes == p.peak_streamed
+    assert p.peak_streamed < p.peak_full_input
+    assert "input_0" not in compiled.plan.offsets    # only its patch regions are in the arena
+    assert load_plan(tmp_path / "out")["patch"]["stream_input"] is True
+
+
 def test_explicit_pad_ends_the_prefix_the_c_back_end_can_patch():
     model = build_cnn((12, 12), 2, [{"op": "CONV_2D", "kernel": (3, 3), "cout": 3},
                                     {"op": "PAD", "pads": ((0, 1), (1, 1))},
@@ -205,6 +228,7 @@ def test_bad_patch_options_are_refused_in_one_line(tmp_path):
              (dict(patch=True, patch_layers=0, patch_grid=(2, 2)), "positive number"),
              (dict(patch=True, patch_layers=1, patch_grid=(2, "2")), r"\(rows, columns\)"),
              (dict(patch=True, patch_overhead=-1), "patch_overhead"),
+             (dict(stream_input=True), "stream_input needs patch=True"),
              (dict(patch=True, patch_layers=9, patch_grid=(2, 2)), "prefix length 9"),
              (dict(patch=True, patch_layers=1, patch_grid=(7, 2)), "does not fit")]
     for options, message in cases:
@@ -249,15 +273,17 @@ def test_mobilenet_v2_patched_on_host_halves_the_arena(tmp_path):
 
 @pytest.mark.slow
 @needs_rp2040js
-def test_patched_cnn_bit_exact_on_rp2040js(tmp_path):
+@pytest.mark.parametrize("stream_input", [False, True])
+def test_patched_cnn_bit_exact_on_rp2040js(tmp_path, stream_input):
     model = _float_input_cnn(seed=5)
     _compile_and_check(_write(model, tmp_path), tmp_path / "out", "pico", patch=True,
-                       patch_layers=5, patch_grid=(2, 3))
+                       patch_layers=5, patch_grid=(2, 3), stream_input=stream_input)
 
 
 @pytest.mark.slow
 @needs_qemu
-def test_patched_cnn_bit_exact_on_qemu(tmp_path):
-    model = build_cnn((23, 21), 3, C_MIXED, seed=2)
+@pytest.mark.parametrize("stream_input", [False, True])
+def test_patched_cnn_bit_exact_on_qemu(tmp_path, stream_input):
+    model = build_cnn((20, 18), 3, RESIDUAL_STAGE, seed=2)
     _compile_and_check(_write(model, tmp_path), tmp_path / "out", "pico2", patch=True,
-                       patch_layers=4, patch_grid=(3, 2))
+                       patch_layers=9, patch_grid=(3, 2), stream_input=stream_input)

@@ -176,6 +176,9 @@ def _add_compile(sub) -> None:
                         "search, e.g. 4x4")
     p.add_argument("--patch-layers", type=int, metavar="K",
                    help="with --patch and --patch-grid: patch the first K layers")
+    p.add_argument("--stream-input", action="store_true",
+                   help="with --patch: the input is not kept in the arena; model_run reads it "
+                        "patch by patch through model_read_input() (a camera, flash)")
     p.add_argument("--int8-core", action="store_true",
                    help="strip a float32 input QUANTIZE and output DEQUANTIZE and run the int8 "
                         "core (default: the firmware takes and returns the model's own "
@@ -207,7 +210,7 @@ def _cmd_compile(args) -> int:
     model = _model_file(args.model)
     _check_seconds("--time-limit", args.time_limit)
     patching = args.patch or args.patch_grid is not None or args.patch_layers is not None \
-        or args.patch_overhead != 0.2
+        or args.patch_overhead != 0.2 or args.stream_input
     if args.target == LLVM_TARGET and patching:
         raise SerenityError("--patch is for the MCU targets (pico, pico2, host), not llvm")
     grid = _grid(args.patch_grid)
@@ -233,7 +236,8 @@ def _cmd_compile(args) -> int:
                                  time_limit=args.time_limit, force=args.force,
                                  int8_core=args.int8_core, patch=args.patch,
                                  patch_overhead=args.patch_overhead,
-                                 patch_layers=args.patch_layers, patch_grid=grid)
+                                 patch_layers=args.patch_layers, patch_grid=grid,
+                                 stream_input=args.stream_input)
     from .report import write_compiled_report
     report = write_compiled_report(args.output)
     if args.json:

@@ -193,7 +193,8 @@ class CompiledModel:
         p = self.patch
         if p is None:
             return {"applied": False}
-        return {"applied": True, "layers": list(p.layers), "grid": list(p.grid),
+        return {"applied": True, "stream_input": p.stream_input, "layers": list(p.layers),
+                "grid": list(p.grid),
                 "peak_unpatched_bytes": p.peak_unpatched,
                 "peak_bytes": p.peak_full_input, "peak_streamed_bytes": p.peak_streamed,
                 "extra_macs": p.extra_macs, "extra_macs_fraction": p.extra_macs_fraction,
@@ -209,11 +210,13 @@ class CompiledModel:
         p = self.patch
         if p is None:
             return "patches: none lowers the peak within the MAC overhead allowed"
+        streamed = (f"{p.peak_streamed:,} B with the input streamed (this build), "
+                    f"{p.peak_full_input:,} B with it resident") if p.stream_input else \
+            (f"{p.peak_full_input:,} B ({p.peak_streamed:,} B with the input streamed patch "
+             f"by patch)")
         return (f"patches: first {counted(len(p.layers), 'layer')} ({p.layers[0]} .. "
                 f"{p.layers[-1]}) in a {p.grid[0]}x{p.grid[1]} grid, scheduler peak "
-                f"{p.peak_unpatched:,} -> {p.peak_full_input:,} B ({p.peak_streamed:,} B "
-                f"with the input streamed patch by patch), "
-                f"+{100 * p.extra_macs_fraction:.1f}% MACs")
+                f"{p.peak_unpatched:,} -> {streamed}, +{100 * p.extra_macs_fraction:.1f}% MACs")
 
     def rewrite_json(self) -> dict | None:
         """The identity rewriting decisions (None when not requested)."""
@@ -369,7 +372,8 @@ def compile_tflite(path: str | os.PathLike, target: str = "pico",
                    force: bool = False, int8_core: bool = False, patch: bool = False,
                    patch_overhead: float = DEFAULT_PATCH_OVERHEAD,
                    patch_layers: int | None = None,
-                   patch_grid: tuple[int, int] | None = None) -> CompiledModel:
+                   patch_grid: tuple[int, int] | None = None,
+                   stream_input: bool = False) -> CompiledModel:
     """Compile the TFLite int8 model at ``path`` for ``target`` (``"pico"``, ``"pico2"`` or
     ``"host"``) into ``out_dir`` (see the module docstring).
 
@@ -383,7 +387,9 @@ def compile_tflite(path: str | os.PathLike, target: str = "pico",
     of the first layers where it lowers the peak, with at most ``patch_overhead`` extra MACs
     (a fraction of the network's; module docstring); ``patch_layers`` and ``patch_grid``
     together force one plan instead of the search (the first ``patch_layers`` layers in a
-    ``(rows, columns)`` grid). ``build=False`` only generates
+    ``(rows, columns)`` grid); ``stream_input``: the input is no arena tensor but read patch
+    by patch through ``model_read_input`` (a camera, flash), and the plan minimises the
+    peak that way (module docstring). ``build=False`` only generates
     the sources; otherwise the firmware is built and, for the Pico boards, a model that does
     not fit SRAM or flash is refused with :class:`~tvm_serenity.micro.DoesNotFitError`
     naming every part.
@@ -406,7 +412,7 @@ def compile_tflite(path: str | os.PathLike, target: str = "pico",
                     time_limit=time_limit, input=input, seed=seed, opt_level=opt_level,
                     build=build, stack_reserve=stack_reserve, int8_core=int8_core,
                     patch=patch, patch_overhead=patch_overhead, patch_layers=patch_layers,
-                    patch_grid=patch_grid)
+                    patch_grid=patch_grid, stream_input=stream_input)
 
 
 def compile_module(mod: tvm.IRModule, target: str = "pico",
@@ -466,7 +472,8 @@ def _compile(front_end, source: Path, target: str, out_dir, marker: dict, *, for
              stack_reserve: int = micro.DEFAULT_STACK_RESERVE,
              int8_core: bool = False, patch: bool = False,
              patch_overhead: float = DEFAULT_PATCH_OVERHEAD, patch_layers: int | None = None,
-             patch_grid: tuple[int, int] | None = None) -> CompiledModel:
+             patch_grid: tuple[int, int] | None = None,
+             stream_input: bool = False) -> CompiledModel:
     """What every front end shares: ``front_end(tmp)`` gives the integer core and the start of
     ``plan.json``'s ``relax`` entry; the core is imported into Relax
     (:func:`~.frontend.relax_import.from_tflite`), ordered there by
@@ -483,6 +490,9 @@ def _compile(front_end, source: Path, target: str, out_dir, marker: dict, *, for
         raise SerenityError(f"patch_overhead must be a fraction of the MACs in [0, 10], got "
                             f"{patch_overhead!r}")
     forced = _forced_patch(patch, patch_layers, patch_grid)
+    if stream_input and not patch:
+        raise SerenityError("stream_input needs patch=True: only a patch plan reads the input "
+                            "part by part")
     out = absolute(out_dir)
     with new_build(out_dir, KIND, force=force, derived=DERIVED, extra=marker) as tmp:
         core, relax_entry = front_end(tmp)
@@ -515,10 +525,12 @@ def _compile(front_end, source: Path, target: str, out_dir, marker: dict, *, for
         patch_plan = None
         if forced:
             patch_plan = plan_for(graph, *forced, method=schedule, inplace=rip,
-                                  time_limit=search.share(0.5), ops=PATCH_OPS)
-        elif patch:     # judged by the same scheduler; the input is resident on the device
+                                  stream_input=stream_input, time_limit=search.share(0.5),
+                                  ops=PATCH_OPS)
+        elif patch:     # judged by the same scheduler, the input resident or streamed
             patch_plan = plan_patches(graph, max_overhead=patch_overhead, method=schedule,
-                                      inplace=rip, time_limit=search.share(0.5), ops=PATCH_OPS)
+                                      inplace=rip, stream_input=stream_input,
+                                      time_limit=search.share(0.5), ops=PATCH_OPS)
         if patch_plan is not None:
             graph = patch_plan.graph(graph if rip else without_inplace(graph))
             order = patch_plan.schedule

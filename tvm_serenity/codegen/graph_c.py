@@ -279,9 +279,10 @@ class IOTensor:
     dtype: str                     # "int8", "float32" or "int32"
     shape: tuple[int, ...]
     bytes: int
-    offset: int
+    offset: int                    # -1 for a streamed input (not in the arena)
     scale: float
     zero_point: int
+    streamed: bool = False         # model_run reads it part by part (model_read_input)
 
     def to_json(self) -> dict:
         return {**dataclasses.asdict(self), "shape": list(self.shape)}
@@ -368,7 +369,8 @@ def _tensor_nodes(core: TFLiteModel, graph: Graph, operator_of: dict[str, int]) 
     for node in graph.nodes.values():
         origin = node.attrs.get("rewrite")
         patch = node.attrs.get("patch")
-        if node.op == "patch_output" or (patch is not None and not patch["exit"]):
+        if node.op in ("patch_output", "input_region") or (patch is not None
+                                                            and not patch["exit"]):
             continue     # a patch's own tensor; the output chain's last patch holds the tensor
         if node.is_input:
             out[int(node.attrs["tensor_index"])] = node.name
@@ -494,6 +496,9 @@ class _Emitter:
             self.body.append(f"    /* step {k}: {name}: the output of "
                              f"{node.attrs['patch_output']}, written patch by patch */")
             self.location[name] = self.plan.offsets[name]
+            return
+        if node.op == "input_region":
+            self.read_input_region(k, node)
             return
         if "patch" in node.attrs:
             op = self.core.operator(int(node.attrs["tflite_index"]))
@@ -745,6 +750,29 @@ class _Emitter:
         return self.operator_step(node, op, in_place, x_ptr=self.at(node.inputs[0]))
 
     # ----------------------------------------------------------------------- patches
+    def read_input_region(self, k: int, node):
+        """A streamed input's patch region (:mod:`tvm_serenity.rewrite.patch`,
+        ``stream_input``): ``model_read_input`` copies its rows into the arena."""
+        a = node.attrs
+        index = self.input_position[a["tensor_index"]]
+        full = self.core.tensors[a["tensor_index"]]
+        item = np.dtype(full.dtype).itemsize
+        width, channels = int(full.shape[2]), int(full.shape[3])
+        (r0, r1), (c0, c1) = a["rows"], a["cols"]
+        row = (c1 - c0) * channels * item
+        dst = self.plan.offsets[node.name]
+        first = ((r0 * width) + c0) * channels * item
+        self.body.append(f"    /* step {k}: {node.name}: rows [{r0}, {r1}) x columns [{c0}, "
+                         f"{c1}) of input {index}, streamed */")
+        if c1 - c0 == width:
+            self.body.append(f"    model_read_input({index}, {first}, ARENA({dst}), "
+                             f"{row * (r1 - r0)});")
+        else:
+            self.body.append(f"    for (int r = 0; r < {r1 - r0}; r++) model_read_input("
+                             f"{index}, {first} + r * {width * channels * item}, "
+                             f"ARENA({dst}) + r * {row}, {row});")
+        self.location[node.name] = dst
+
     def patch_step(self, node, op, in_place):
         """One patch of a prefix layer (:mod:`tvm_serenity.rewrite.patch`): the layer's kernel
         for the patch's region (its padding only at the tensor's borders), each input read out
@@ -856,10 +884,10 @@ _REWRITE_HANDLERS = {"partial": _Emitter.conv_partial, "accumulate": _Emitter.co
 assert set(_REWRITE_HANDLERS) == set(REWRITE_ROLES)
 
 
-def _io_tensor(t: Tensor, offset: int) -> IOTensor:
+def _io_tensor(t: Tensor, offset: int, streamed: bool = False) -> IOTensor:
     scale, zp = (t.quant.scalar_scale, t.quant.scalar_zero_point) if t.quant else (0.0, 0)
     return IOTensor(t.name, t.dtype, tuple(int(d) for d in t.shape), t.nbytes, offset,
-                    scale, zp)
+                    scale, zp, streamed)
 
 
 def _c_string(text: str) -> str:
@@ -880,8 +908,9 @@ def _io_header(kind: str, tensors: tuple[IOTensor, ...]) -> tuple[list[str], lis
     comments, defines = [], [f"#define MODEL_NUM_{kind}S {len(tensors)}"]
     for k, t in enumerate(tensors):
         quant = (f", scale {t.scale!r}, zero point {t.zero_point}" if t.scale else "")
+        where = "streamed (model_read_input)" if t.streamed else f"at arena offset {t.offset}"
         comments.append(f" * {kind.capitalize()} {k}: '{t.name}' {t.dtype} {list(t.shape)}"
-                        f"{quant}, {t.bytes} B at arena offset {t.offset}")
+                        f"{quant}, {t.bytes} B {where}")
         m = f"MODEL_{kind}{k}"
         defines += [f"#define {m}_NAME {_c_string(t.name)}",
                     f"#define {m}_TYPE {_C_TYPES[t.dtype]}",
@@ -890,6 +919,8 @@ def _io_header(kind: str, tensors: tuple[IOTensor, ...]) -> tuple[list[str], lis
                     f"#define {m}_SHAPE {{{', '.join(map(str, t.shape)) or '1'}}}",
                     f"#define {m}_SCALE {c_float(t.scale)}",
                     f"#define {m}_ZERO_POINT {t.zero_point}"]
+        if t.streamed:
+            defines.append(f"#define {m}_STREAMED 1")
     return comments, defines
 
 
@@ -900,10 +931,22 @@ def _io_functions(kind: str, tensors: tuple[IOTensor, ...]) -> list[str]:
     return [f"const uint32_t model_{kind}_bytes[{n}] = "
             f"{{{', '.join(f'MODEL_{upper}{k}_BYTES' for k in range(len(tensors)))}}};",
             f"void *model_{kind}(int i) {{",
-            f"    static const uint32_t offsets[{n}] = "
+            f"    static const int32_t offsets[{n}] = "
             f"{{{', '.join(str(t.offset) for t in tensors)}}};",
-            f"    return i >= 0 && i < {n} ? (void *)(arena + offsets[i]) : (void *)0;", "}",
-            ""]
+            f"    return i >= 0 && i < {n} && offsets[i] >= 0 ? (void *)(arena + offsets[i])"
+            " : (void *)0;", "}", ""]
+
+
+def _stream_lines(inputs: tuple[IOTensor, ...]) -> list[str]:
+    """model.h's declaration of the callback a streamed input needs (none without one)."""
+    if not any(t.streamed for t in inputs):
+        return []
+    return ["/* A streamed input is not in the arena: model_run asks for it part by part, as",
+            " * the patches need it (rows of a region; halo rows more than once). Implement",
+            " * this to copy `bytes` bytes of input i, from byte `offset` of its row-major",
+            " * layout on, to `dst` (a camera line buffer, flash, a file). */",
+            "#define MODEL_STREAMS_INPUT 1",
+            "void model_read_input(int i, uint32_t offset, void *dst, uint32_t bytes);"]
 
 
 def _rewrite_lines(graph: Graph) -> list[str]:
@@ -935,7 +978,11 @@ def emit_model(core: IntegerCore, graph: Graph, plan: ArenaPlan, *, opt_level: s
         raise CodegenError(f"opt_level must be O0..O3, Os or Ofast, got {opt_level!r}")
     name = name or model.name
     emitter = _Emitter(model, graph, plan, source_graph)
-    inputs = tuple(_io_tensor(t, plan.offsets[emitter.tensor_node[t.index]])
+    streamed = {n.attrs["tensor_index"] for n in graph.nodes.values()
+                if n.op == "input_region"}
+    emitter.input_position = {t.index: k for k, t in enumerate(core.inputs)}
+    inputs = tuple(_io_tensor(t, -1, streamed=True) if t.index in streamed
+                   else _io_tensor(t, plan.offsets[emitter.tensor_node[t.index]])
                    for t in core.inputs)
     for n in graph.input_names:
         emitter.location[n] = plan.offsets[n]
@@ -1001,8 +1048,9 @@ def emit_model(core: IntegerCore, graph: Graph, plan: ArenaPlan, *, opt_level: s
         f"#define MODEL_SCRATCH_BYTES {scratch_bytes}", "",
         "extern const uint32_t model_input_bytes[MODEL_NUM_INPUTS];",
         "extern const uint32_t model_output_bytes[MODEL_NUM_OUTPUTS];",
-        "/* Where input / output i lives in the arena; NULL when i is out of range. */",
-        "void *model_input(int i);", "void *model_output(int i);",
+        "/* Where input / output i lives in the arena; NULL when i is out of range (or the",
+        " * input is streamed). */",
+        "void *model_input(int i);", "void *model_output(int i);", *_stream_lines(inputs),
         "/* Runs the model on the inputs in the arena; the outputs are then in the arena. */",
         "void model_run(void);", "", f"#endif /* {guard} */", ""])
     return EmittedModel(name, model_c, model_h, arena, scratch_bytes, inputs, outputs,

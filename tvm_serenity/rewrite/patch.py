@@ -408,8 +408,10 @@ def patched_graph(graph: Graph, input_name: str, windows: list[Window],
             nodes.append(Node(held[input_name][0], "input_region", (),
                               (rows[1] - rows[0]) * (cols[1] - cols[0]) * in_pixel,
                               (1, rows[1] - rows[0], cols[1] - cols[0], input_node.shape[3]),
-                              input_node.dtype, {"patch": p, "rows": list(rows),
-                                                 "cols": list(cols)}))
+                              input_node.dtype,
+                              {"streamed_input": input_name, "patch": p, "rows": list(rows),
+                               "cols": list(cols),
+                               "tensor_index": input_node.attrs.get("tensor_index")}))
         for w, r in zip(windows, patch):
             orig = graph[w.name]
             srcs = tuple(held[i][0] for i in w.inputs)

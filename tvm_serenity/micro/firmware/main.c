@@ -2,7 +2,8 @@
  *
  * Writes the embedded inputs (input.c) where the model keeps them, in its arena
  * (model_input(i)), runs model_run() and reads the outputs in place (model_output(i)): no
- * input or output buffer of its own. Then it reports, as text lines between SERENITY-BEGIN
+ * input or output buffer of its own. A streamed input (patch plans) is read by model_run
+ * itself, part by part, through model_read_input, from the embedded bytes. Then it reports, as text lines between SERENITY-BEGIN
  * and SERENITY-END on the port's console:
  *   outputs=<M>             MODEL_NUM_OUTPUTS
  *   output<k>=<hex>         the model_output_bytes[k] bytes of output k, for k < M
@@ -95,6 +96,16 @@ static void report(void) {
     serenity_port_flush();
 }
 
+#ifdef MODEL_STREAMS_INPUT
+/* The embedded input plays the sensor a streamed input comes from. */
+void model_read_input(int i, uint32_t offset, void *dst, uint32_t bytes) {
+    const uint8_t *src = serenity_inputs[i] + offset;
+    uint8_t *out = (uint8_t *)dst;
+    uint32_t n;
+    for (n = 0; n < bytes; n++) out[n] = src[n];
+}
+#endif
+
 int main(void) {
     uint32_t i, touched = 0, hash = 2166136261u;
     uint64_t t0, t1;
@@ -104,6 +115,7 @@ int main(void) {
     for (i = 0; i < serenity_arena_size; i++) serenity_arena[i] = SERENITY_ARENA_PAINT;
     for (k = 0; k < MODEL_NUM_INPUTS; k++) {   /* where the plan puts input k */
         uint8_t *in = (uint8_t *)model_input(k);
+        if (!in) continue;                         /* streamed: model_read_input */
         for (i = 0; i < model_input_bytes[k]; i++) in[i] = serenity_inputs[k][i];
     }
 
