@@ -44,7 +44,7 @@ def geomean(values) -> float:
 
 # Sections in reading order: the peers first, then each mechanism, then the boards.
 SECTION_ORDER = ["peers", "tflm_export", "schedule", "rewrite", "alloc", "minimalloc", "tvm",
-                 "rip", "riptable", "deploy", "mlperf", "mcunet_pico", "onnx"]
+                 "rip", "riptable", "deploy", "mlperf", "mcunet_pico", "patch", "onnx"]
 _SECTION = re.compile(r"<!-- BEGIN (\S+) -->\n.*?\n<!-- END \1 -->", re.S)
 
 

@@ -1,66 +1,218 @@
-"""Patch-based execution of the first layers (issue #16): the plan's peak on the shared models.
+"""Patch-based execution of the first layers (issue #16), measured on a Pico 1 (rp2040js).
 
-For each model: the peak of the unpatched network, then the best patch plan
-(:func:`tvm_serenity.rewrite.patch.plan_patches`, same scheduler) with the whole input resident
-and with the input streamed patch by patch (each the objective of its own search), its grid,
-prefix length and extra MACs (a fraction of the network's), and the search's seconds. Prints a
-table; writes nothing. ``python -m benchmarks.patch_bench [--no-inplace] [--time-limit S]``
-(``--no-inplace``: the networks' RiP workspaces and aliases dropped first).
+    python -m benchmarks.patch_bench [--write] [--models NAME ...] [--out DIR] [--no-run]
+                                     [--time-limit S]
+
+Per model (the shared CNNs and the MCUNet configs written as int8 ``.tflite`` by
+:func:`tvm_serenity.zoo.tflite.mcunet_tflite`), three builds for ``pico`` with
+:func:`tvm_serenity.deploy.compile_tflite`, all with the defaults (``serenity`` order, optimal
+arena, Right In-Place):
+
+* ``unpatched``;
+* ``patch, input resident`` (``patch=True``: the search of
+  :func:`tvm_serenity.rewrite.patch.plan_patches`, at most 20% extra MACs, the input in the
+  arena from the start as without patches);
+* ``patch, input streamed`` (``patch=True, stream_input=True``: the input is no arena tensor,
+  ``model_run`` reads each patch's region through ``model_read_input``).
+
+Columns: the plan (patched layers, grid, extra MACs as a fraction of the network's), the
+arena, the SRAM total of the fit check against the RP2040's 270,336 B, rp2040js cycles and
+their ratio to the unpatched build, and whether the outputs equal TensorFlow Lite Micro's
+interpreter byte for byte (one random input). A build that does not fit is measured, not run.
+
+MobileNetV2 (width 1.0, 224x224, int8) is too large for the Pico's flash; its row is the
+memory model's peaks in MCUNetV2's accounting next to the paper's figures (Lin et al., NeurIPS
+2021: 1,372 KB -> 172 KB with 4x4 patches, the input image excluded): TFLite's
+stored order without in-place execution, ours, and ours patched with the input streamed (the
+input excluded except the patch being read) and resident. ``--write`` replaces the "patch"
+section of BENCHMARKS.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from pathlib import Path
 
-from tvm_serenity.frontend import tflite_to_graph
+import numpy as np
+
+from benchmarks._markdown import SHARED_MODELS, publish, table
+from benchmarks.mlperf_bench import build, fits, tflm_outputs
+from tvm_serenity import micro
+from tvm_serenity.deploy import compile_tflite, run
+from tvm_serenity.frontend import parse_tflite, tflite_to_graph
+from tvm_serenity.frontend.interpreters import model_inputs
+from tvm_serenity.frontend.tflite_model import load_tflite
 from tvm_serenity.rewrite.patch import plan_patches, without_inplace
 from tvm_serenity.schedule import schedule
+from tvm_serenity.zoo.mcunet import network
+from tvm_serenity.zoo.tflite import TFLiteNetBuilder, mcunet_tflite
 
-MODELS_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "models"
-MODELS = ["mcunet/mcunet-320kb-1mb_imagenet.tflite", "tinyengine/vww.tflite",
+SHARED = ["tinyengine/vww.tflite", "mlperf_tiny/vww_96_int8.tflite",
           "keras/mobilenet_v1_025_128.tflite", "keras/mobilenet_v2_035_96.tflite",
-          "keras/mobilenet_v3_small_075_96.tflite", "mlperf_tiny/vww_96_int8.tflite"]
+          "keras/mobilenet_v3_small_075_96.tflite", "mcunet/mcunet-320kb-1mb_imagenet.tflite"]
+ZOO = ["mcunet-320kb-1mb", "mcunet-512kb-2mb", "mcunet-256kb-1mb", "mbv2-w0.35-r144",
+       "proxyless-w0.3-r176"]
+SEED = 0
+PAPER = (1372, 172)          # MCUNetV2's MobileNetV2-224 peak, KB, without / with patches
 
 
-def _plan_cells(plan, streamed: bool, seconds: float) -> list[str]:
-    if plan is None:
-        return ["no gain", "", "", "", f"{seconds:.1f}"]
-    peak = plan.peak_streamed if streamed else plan.peak_full_input
-    return [f"{peak:,}", f"{plan.grid[0]}x{plan.grid[1]}", str(len(plan.layers)),
-            f"{100 * plan.extra_macs_fraction:.1f}%", f"{seconds:.1f}"]
+def mobilenet_v2_config(width: float = 1.0, resolution: int = 224) -> dict:
+    """MobileNetV2 (Sandler et al.) as a ProxylessNAS config for :func:`network`."""
+    def channels(c):
+        return max(8, int(c * width + 4) // 8 * 8)
+
+    blocks, cin = [], channels(32)
+    for t, c, n, s in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+                       (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]:
+        for i in range(n):
+            cout = channels(c)
+            blocks.append({"name": "MobileInvertedResidualBlock",
+                           "mobile_inverted_conv": {
+                               "name": "MBInvertedConvLayer", "in_channels": cin,
+                               "out_channels": cout, "kernel_size": 3,
+                               "stride": s if i == 0 else 1, "expand_ratio": t,
+                               "act_func": "relu6", "use_se": False},
+                           "shortcut": {"name": "IdentityLayer"} if i > 0 else None})
+            cin = cout
+    return {"name": "ProxylessNASNets", "resolution": resolution,
+            "first_conv": {"kernel_size": 3, "stride": 2, "in_channels": 3,
+                           "out_channels": channels(32), "act_func": "relu6"},
+            "blocks": blocks,
+            "feature_mix_layer": {"kernel_size": 1, "stride": 1, "out_channels": 1280,
+                                  "act_func": "relu6"},
+            "classifier": {"out_features": 1000}}
+
+
+def _models(names, directory: Path) -> list[tuple[str, Path]]:
+    out = []
+    for rel in SHARED:
+        stem = Path(rel).stem
+        if (not names or stem in names) and (SHARED_MODELS / rel).is_file():
+            out.append((stem, SHARED_MODELS / rel))
+    for stem in ZOO:
+        if names and stem not in names:
+            continue
+        path = directory / f"{stem}.tflite"
+        path.write_bytes(mcunet_tflite(stem, seed=SEED))
+        out.append((f"{stem} (zoo)", path))
+    return out
+
+
+def _measure(path: Path, out: Path, inputs, expected, time_limit: float, execute: bool,
+             **options) -> dict:
+    compiled = compile_tflite(path, "pico", out, input=inputs, build=False,
+                              time_limit=time_limit, **options)
+    fit, _ = build(compiled)
+    row = {"compiled": compiled, "fit": fit, "cycles": None, "exact": None}
+    if fit.fits and execute:
+        result = run(out, check=False)
+        row["cycles"], row["exact"] = result.cycles, list(result.outputs) == expected
+    return row
+
+
+def _plan_cells(row: dict) -> list:
+    p = row["compiled"].patch
+    if p is None:
+        return ["no gain", "", ""]
+    return [f"{len(p.layers)} ({p.layers[-1]})", f"{p.grid[0]}x{p.grid[1]}",
+            f"{100 * p.extra_macs_fraction:.1f}%"]
+
+
+def _run_cells(row: dict, base: dict) -> list:
+    fit = row["fit"]
+    cells = [row["compiled"].arena_bytes, fit.total_bytes, fits(fit)]
+    if row["cycles"] is None:
+        return cells + ["n/a", "n/a", "n/a"]
+    ratio = f"{row['cycles'] / base['cycles']:.3f}" if base["cycles"] else "n/a"
+    return cells + [row["cycles"], ratio, "yes" if row["exact"] else "NO"]
+
+
+def mobilenet_v2_224(time_limit: float) -> list:
+    """MobileNetV2-224's peaks in KiB (the paper's KB: 1,372 KB is the 112x112x96 expand
+    output and its 112x112x16 input, 1,404,928 B)."""
+    b = TFLiteNetBuilder("mbv2-w1.0-r224", SEED)
+    model = parse_tflite(b.build([network(b, mobilenet_v2_config(), "mbv2-w1.0-r224")]))
+    graph = tflite_to_graph(model, fold_pad=True)
+    tflite_order = schedule(without_inplace(graph), "stored").peak_bytes
+    ours = schedule(graph, "serenity", time_limit=time_limit).peak_bytes
+    plans = [plan_patches(graph, stream_input=s, time_limit=time_limit) for s in (True, False)]
+    streamed = plans[0].peak_streamed if plans[0] else ours
+    resident = plans[1].peak_full_input if plans[1] else ours
+    grids = "; ".join(f"{kind}: {p.grid[0]}x{p.grid[1]} over {len(p.layers)} layers, "
+                      f"+{100 * p.extra_macs_fraction:.1f}% MACs"
+                      for kind, p in zip(("streamed", "resident"), plans) if p is not None)
+    return [f"{PAPER[0]:,} -> {PAPER[1]:,} KiB", f"{tflite_order / 1024:,.0f} KiB",
+            f"{ours / 1024:,.0f} KiB", f"{streamed / 1024:,.0f} KiB",
+            f"{resident / 1024:,.0f} KiB", grids]
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--no-inplace", action="store_true")
-    parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per search")
-    parser.add_argument("--max-overhead", type=float, default=0.2)
+    parser.add_argument("--write", action="store_true")
+    parser.add_argument("--models", nargs="*", default=None)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--no-run", action="store_true")
+    parser.add_argument("--time-limit", type=float, default=60.0,
+                        help="seconds per build (schedule, patch search, arena)")
     args = parser.parse_args(argv)
-    head = ["model", "unpatched", "resident", "grid", "k", "extra MACs", "s",
-            "streamed", "grid", "k", "extra MACs", "s"]
-    rows = []
-    for rel in MODELS:
-        path = MODELS_DIR / rel
-        if not path.is_file():
-            print(f"skip {rel}: absent")
-            continue
-        graph = tflite_to_graph(path)
-        unpatched = schedule(without_inplace(graph) if args.no_inplace else graph,
-                             "serenity").peak_bytes
-        cells = []
-        for streamed in (False, True):
-            t0 = time.perf_counter()
-            plan = plan_patches(graph, stream_input=streamed, inplace=not args.no_inplace,
-                                max_overhead=args.max_overhead, time_limit=args.time_limit)
-            cells += _plan_cells(plan, streamed, time.perf_counter() - t0)
-        rows.append([Path(rel).stem, f"{unpatched:,}", *cells])
-        print(" | ".join(rows[-1]), flush=True)
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-    print()
-    for r in [head, *rows]:
-        print("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.out or Path(tmp)
+        (work / "models").mkdir(parents=True, exist_ok=True)
+        rows = []
+        for name, path in _models(args.models, work / "models"):
+            model = load_tflite(path)
+            inputs = model_inputs(model, np.random.default_rng(SEED))
+            expected = tflm_outputs(path, model, [inputs])[0]
+            stem = name.split()[0]
+            builds = [_measure(path, work / stem / kind, inputs, expected, args.time_limit,
+                               not args.no_run, **options)
+                      for kind, options in (("plain", {}), ("resident", {"patch": True}),
+                                            ("streamed", {"patch": True,
+                                                          "stream_input": True}))]
+            base = builds[0]
+            row = [name, *_run_cells(base, base)[:2], fits(base["fit"]),
+                   base["cycles"] or "n/a", "yes" if base["exact"] else "n/a"]
+            for b in builds[1:]:
+                row += _plan_cells(b) + _run_cells(b, base)
+            rows.append(row)
+            print(" | ".join(str(c) for c in row), flush=True)
+        mbv2 = mobilenet_v2_224(args.time_limit)
+    head = ["model", "arena B", "SRAM B", "fits", "cycles", "exact"]
+    for kind in ("resident", "streamed"):
+        head += [f"{kind}: layers", "grid", "extra MACs", "arena B", "SRAM B", "fits",
+                 "cycles", "x cycles", "bit-exact vs TFLM"]
+    fitting = [sum(1 for r in rows if str(r[col]).startswith("yes")) for col in (3, 11, 20)]
+    text = "\n".join([
+        "## Patch-based execution of the first layers (`patch`)", "",
+        "`python -m benchmarks.patch_bench --write`. Each model compiled for the Pico "
+        "(RP2040) three times by `tvm_serenity.deploy.compile_tflite` with the defaults "
+        "(serenity order, optimal arena, Right In-Place): unpatched; `patch=True` (the CLI's "
+        "`--patch`: the search of `tvm_serenity.rewrite.patch.plan_patches` over prefixes "
+        "of window layers and residual blocks and grids up to 8x8, at most 20% extra MACs, "
+        "kept only where the whole network's peak drops), the input resident in the arena "
+        "as without patches; and `patch=True, stream_input=True` (`--stream-input`: the input "
+        "is no arena tensor, `model_run` reads each patch's region through "
+        "`model_read_input`, here served from flash). layers: how many layers the patches "
+        "cover (the last one); extra MACs: the halo recomputation, a fraction of the "
+        "network's MACs; SRAM: what the fit check counts (arena, scratch, 8 KiB stack "
+        "reserve, runtime) against 270,336 B; cycles on rp2040js with one random input; "
+        "bit-exact: all outputs equal TensorFlow Lite Micro's interpreter byte for byte. "
+        "`(zoo)`: an MCUNet config of `../shared/models/mcunet` written as int8 `.tflite` "
+        "with seeded random weights.", "",
+        table(head, rows), "",
+        f"Models that fit the Pico: unpatched {fitting[0]}, patched with the input resident "
+        f"{fitting[1]}, patched with the input streamed {fitting[2]} of {len(rows)}.", "",
+        "MobileNetV2 (width 1.0, 224x224, int8; too large for the Pico's flash), peak "
+        "activation memory from the memory model, against MCUNetV2's published figures "
+        "(their KB is KiB: 1,372 KB is the 112x112x96 expand output with its 112x112x16 "
+        "input; the 172 KB of 4x4 patches excludes the input image, which the streamed "
+        "figure counts as the patch regions being read):", "",
+        table(["MCUNetV2 (paper)", "TFLite order, no in-place", "ours", "ours, patched, "
+               "input streamed", "ours, patched, input resident", "plans"], [mbv2])])
+    publish("patch", text, t0, args.write)
 
 
 if __name__ == "__main__":

@@ -221,19 +221,25 @@ def _one_input_window(graph: Graph, node: Node, out_hw, pixel) -> Window | None:
     return None
 
 
-def prefix_chain(graph: Graph, ops=None) -> tuple[str, list[Window]]:
+def prefix_chain(graph: Graph, ops=None, start: str | None = None) -> tuple[str, list[Window]]:
     """The graph input and the layers a patch plan may cover, in the graph's (topological)
     order: from the input on, every node whose inputs are the graph input or earlier such
     layers, while it is a window layer or a residual ADD of two of them (:func:`window_of`);
     ``ops`` (TFLite operator names), when given, limits them to what a
     back end can run on a patch. A prefix is the first ``k`` of them where :func:`cuts`
-    allows. ``("", [])`` when the graph has no such start."""
-    inputs = graph.input_names
-    if len(inputs) != 1:
-        return "", []
-    taken = {inputs[0]}
+    allows. ``start``: a node other than the graph input the layers start from (a later
+    segment of a plan starts from the tensor the one before wrote). ``("", [])`` when the
+    graph has no such start."""
+    if start is None:
+        inputs = graph.input_names
+        if len(inputs) != 1:
+            return "", []
+        start = inputs[0]
+    taken = {start}
     chain: list[Window] = []
-    for name in graph.op_names:
+    names = graph.op_names
+    after = names.index(start) + 1 if start in names else 0
+    for name in names[after:]:
         node = graph[name]
         window = window_of(graph, name)
         if window is None or not set(node.inputs) <= taken \
@@ -241,7 +247,7 @@ def prefix_chain(graph: Graph, ops=None) -> tuple[str, list[Window]]:
             break
         chain.append(window)
         taken.add(name)
-    return inputs[0], chain
+    return start, chain
 
 
 def cuts(graph: Graph, input_name: str, chain: list[Window]) -> list[int]:
@@ -396,7 +402,13 @@ def patched_graph(graph: Graph, input_name: str, windows: list[Window],
     full_output = ((0, last.out_hw[0]), (0, last.out_hw[1]))
     alloc = Node(f"{last.name}.alloc", "patch_output", (), graph[last.name].bytes,
                  graph[last.name].shape, graph[last.name].dtype, {"patch_output": last.name})
-    nodes: list[Node] = [] if stream_input else [input_node]
+    if stream_input and not input_node.is_input:
+        raise PatchError(f"node '{input_name}': only a graph input can be streamed")
+    names = list(graph.nodes)
+    # the nodes up to the one the prefix reads stay first, the patches follow it
+    before = names[:names.index(input_name) + 1]
+    nodes: list[Node] = [graph[n] for n in before
+                         if n not in prefix and not (stream_input and n == input_name)]
     nodes.append(alloc)
     y = alloc.name
     for p, patch in enumerate(regions):
@@ -429,8 +441,9 @@ def patched_graph(graph: Graph, input_name: str, windows: list[Window],
                                   shape, orig.dtype, attrs))
             held[w.name] = (name, (r.out_rows, r.out_cols))
     rename = {last.name: y}
-    for name, node in graph.nodes.items():
-        if name in prefix or name == input_name:
+    for name in names[len(before):]:
+        node = graph[name]
+        if name in prefix:
             continue
         nodes.append(dataclasses.replace(
             node, inputs=tuple(rename.get(s, s) for s in node.inputs)))
