@@ -1,7 +1,7 @@
 """Patch-based execution of the first layers (issue #16), measured on a Pico 1 (rp2040js).
 
-    python -m benchmarks.patch_bench [--write] [--models NAME ...] [--out DIR] [--no-run]
-                                     [--time-limit S]
+    python -m benchmarks.patch_bench [--write | --quick] [--models NAME ...] [--out DIR]
+                                     [--no-run] [--time-limit S]
 
 Per model (the shared CNNs and the MCUNet configs written as int8 ``.tflite`` by
 :func:`tvm_serenity.zoo.tflite.mcunet_tflite`), three builds for ``pico`` with
@@ -25,7 +25,8 @@ memory model's peaks in MCUNetV2's accounting next to the paper's figures (Lin e
 2021: 1,372 KB -> 172 KB with 4x4 patches, the input image excluded): TFLite's
 stored order without in-place execution, ours, and ours patched with the input streamed (the
 input excluded except the patch being read) and resident. ``--write`` replaces the "patch"
-section of BENCHMARKS.md.
+section of BENCHMARKS.md; ``--quick`` measures two shared models and MobileNetV2-224's plan
+with shorter searches and writes nothing.
 """
 
 from __future__ import annotations
@@ -150,13 +151,19 @@ def mobilenet_v2_224(time_limit: float) -> list:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true")
+    mode.add_argument("--quick", action="store_true",
+                      help="vww and mobilenet_v1_025_128 only, 20 s searches; writes nothing")
     parser.add_argument("--models", nargs="*", default=None)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--no-run", action="store_true")
     parser.add_argument("--time-limit", type=float, default=60.0,
                         help="seconds per build (schedule, patch search, arena)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.models = args.models or ["vww", "mobilenet_v1_025_128"]
+        args.time_limit = min(args.time_limit, 20.0)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         work = args.out or Path(tmp)

@@ -22,6 +22,7 @@ from tvm_serenity.errors import SerenityError
 from tvm_serenity.frontend import ModelBuilder, parse_tflite, tflite_to_graph
 from tvm_serenity.frontend.builder import tflite_bytes
 from tvm_serenity.memory import simulate
+from tvm_serenity.report import write_compiled_report
 from tvm_serenity.rewrite.patch import PatchError, cuts, prefix_chain
 
 MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
@@ -63,6 +64,13 @@ def test_forced_plans_of_a_mixed_cnn_are_bit_exact_on_host(tmp_path, layers, gri
                                                          compiled.plan.order).peak_bytes
     assert sum(1 for n in compiled.graph.nodes.values() if "patch" in n.attrs) \
         == layers * grid[0] * grid[1]
+    # the report draws the grid and the memory over time with and without the patches
+    report = write_compiled_report(tmp_path / "out")
+    assert report.images["patches"].is_file()
+    without = report.memory_series["tvm-serenity without patches"]
+    assert max(without) == p.peak_unpatched if rip else max(without) >= p.peak_unpatched
+    assert max(report.memory_series["tvm-serenity"]) == compiled.plan.liveness_peak_bytes
+    assert "Patch grid" in report.html.read_text()
     # the patches of a layer share its constant tables: one weight array per conv layer
     model_c = (tmp_path / "out" / "model" / "model.c").read_text()
     for name in p.layers:

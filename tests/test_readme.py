@@ -68,6 +68,7 @@ NOT_RUN = {
     ".venv/bin/python -m benchmarks.mlperf_bench --write": BENCH,
     ".venv/bin/python -m benchmarks.onnx_bench --write": f"{BENCH} (what it runs: "
                                                          "test_onnx_bench.py)",
+    ".venv/bin/python -m benchmarks.patch_bench --write": BENCH,
     '.venv/bin/pip install -e ".[bench]"': "downloads TensorFlow (1.6 GB)",
     ".venv/bin/python -m benchmarks.peers --build --write": "converts Keras models with "
                                                             "TensorFlow (the bench extra): hours",

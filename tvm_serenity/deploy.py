@@ -40,6 +40,15 @@ overlap anywhere, the same kernel loops on two buffers). Building checks the SRA
 ``pico``/``pico2`` (arena + kernel scratch + .data/.bss + stack reserve against the chip's
 SRAM) and refuses a model that does not fit with every part itemised.
 
+``patch=True`` runs the first layers patch by patch where that lowers the peak
+(:func:`tvm_serenity.rewrite.patch.plan_patches` on the graph IR after the schedule pass,
+judged by the same scheduler, at most ``patch_overhead`` extra MACs; ``patch_layers`` with
+``patch_grid`` force one plan): the patched graph is what the arena is planned for and the
+emitter writes (bit-exact), and ``plan.json``'s ``patch`` section has the plan (layers, grid,
+each patch's rows and columns, extra MACs) and both peaks, the input resident and streamed.
+``stream_input=True`` builds the streamed one: the input is no arena tensor and ``model_run``
+reads each patch's region through ``model_read_input`` (:mod:`tvm_serenity.codegen.graph_c`).
+
 Inputs and outputs: any number, as the model's signature has them (``model_input(i)`` /
 ``model_output(i)`` in the arena, :mod:`tvm_serenity.codegen.graph_c`). By default a float32
 input with its QUANTIZE and a float32 output with its DEQUANTIZE run on the device (TFLM's
@@ -132,12 +141,13 @@ class CompiledModel:
     emitted: EmittedModel
     firmware: micro.Firmware | None       # None when built with build=False
     rewrite: RewriteResult | None = None  # identity graph rewriting (rewrite=True)
-    source_graph: Graph | None = None     # the graph before rewriting (rewrite=True)
+    source_graph: Graph | None = None     # the graph before rewriting or patches
     int8_core: bool = False               # float edges stripped (module docstring)
     relaxed_channel_layers: tuple[str, ...] = ()  # depthwise layers given RiP's S* back
     relax: dict | None = None             # the Relax module it was read from (plan.json)
     patch: PatchPlan | None = None        # patch-based first layers (patch=True)
     patch_requested: bool = False
+    unpatched_order: tuple[str, ...] = ()   # with a patch plan: the order before it
 
     @property
     def model_dir(self) -> Path:
@@ -199,6 +209,7 @@ class CompiledModel:
                 "peak_bytes": p.peak_full_input, "peak_streamed_bytes": p.peak_streamed,
                 "extra_macs": p.extra_macs, "extra_macs_fraction": p.extra_macs_fraction,
                 "prefix_overhead": p.prefix_overhead, "seconds": round(p.seconds, 3),
+                "unpatched_order": list(self.unpatched_order),
                 "patches": [{"rows": list(r[-1].out_rows), "cols": list(r[-1].out_cols),
                              "input_rows": list(r[0].in_rows),
                              "input_cols": list(r[0].in_cols)} for r in p.regions]}
@@ -531,7 +542,9 @@ def _compile(front_end, source: Path, target: str, out_dir, marker: dict, *, for
             patch_plan = plan_patches(graph, max_overhead=patch_overhead, method=schedule,
                                       inplace=rip, stream_input=stream_input,
                                       time_limit=search.share(0.5), ops=PATCH_OPS)
+        unpatched_order = ()
         if patch_plan is not None:
+            source_graph, unpatched_order = graph, tuple(order.order)
             graph = patch_plan.graph(graph if rip else without_inplace(graph))
             order = patch_plan.schedule
         # the channel-wise depthwise kind only where the order's peak needs it (its channel
@@ -546,7 +559,7 @@ def _compile(front_end, source: Path, target: str, out_dir, marker: dict, *, for
                 relaxed_graph, relaxed, plan = graph, (), chosen
         graph = relaxed_graph
         emitted = emit_model(core, graph, plan, opt_level=opt_level, name=core.source.name,
-                             source_graph=source_graph)
+                             source_graph=source_graph if rewrite else None)
         emitted.write(tmp / MODEL_DIR)
         data = _random_inputs(core, seed) if input is None else \
             _input_arrays(input, emitted.inputs)
@@ -555,7 +568,7 @@ def _compile(front_end, source: Path, target: str, out_dir, marker: dict, *, for
                                input_data=data, stack_reserve=stack_reserve)
         compiled = CompiledModel(out, source, target, rip, core, graph, order, plan, emitted,
                                  None, rewritten, source_graph, int8_core, relaxed, relax_entry,
-                                 patch_plan, patch)
+                                 patch_plan, patch, unpatched_order)
         graph.save(tmp / GRAPH_FILE)
         if source_graph is not None:
             source_graph.save(tmp / SOURCE_GRAPH_FILE)

@@ -85,14 +85,18 @@ def _plot_memory(path: Path, graph: Graph, orders: dict[str, tuple],
     fig, ax = plt.subplots(figsize=(9, 4))
     series = {}
     for label, (order, inplace, *own) in orders.items():
-        steps = list(simulate(own[0] if own else graph, order, inplace).step_bytes)
-        series[label] = steps
-        ax.step(range(len(steps)), [s / 1024 for s in steps], where="mid",
-                label=f"{label} (peak {max(steps) / 1024:,.1f} KiB)")
+        series[label] = list(simulate(own[0] if own else graph, order, inplace).step_bytes)
+    # orders of different graphs (a patch plan's has many more steps): x is the progress
+    same = len({len(steps) for steps in series.values()}) == 1
+    for label, steps in series.items():
+        xs = range(len(steps)) if same else [100 * i / max(len(steps) - 1, 1)
+                                             for i in range(len(steps))]
+        ax.step(xs, [s / 1024 for s in steps], where="mid",
+                label=f"{label} (peak {max(steps) / 1024:,.1f} KiB, {len(steps)} steps)")
     if budget_bytes:
         ax.axhline(budget_bytes / 1024, color="red", linestyle="--",
                    label=f"SRAM budget {budget_bytes / 1024:,.0f} KiB")
-    ax.set_xlabel("step (operator executed)")
+    ax.set_xlabel("step (operator executed)" if same else "progress through the order (%)")
     ax.set_ylabel("live activation memory (KiB)")
     ax.set_title(f"{graph.name}: memory over time")
     ax.legend(loc="upper right", fontsize=8)
@@ -139,6 +143,40 @@ def _plot_arena(path: Path, graph: Graph, order: list[str], offsets: dict[str, i
     return rects
 
 
+def _plot_patches(path: Path, patch: dict, input_shape) -> None:
+    """The patch grid: each patch's input region (halos overlap) on the input, and the
+    patches of the prefix's output they produce."""
+    plt = _pyplot()
+    from matplotlib.patches import Rectangle
+    fig, axes = plt.subplots(1, 2, figsize=(9, 4.5))
+    height, width = int(input_shape[1]), int(input_shape[2])
+    out_rows = max(p["rows"][1] for p in patch["patches"])
+    out_cols = max(p["cols"][1] for p in patch["patches"])
+    colors = plt.get_cmap("tab20")
+    for k, p in enumerate(patch["patches"]):
+        (r0, r1), (c0, c1) = p["input_rows"], p["input_cols"]
+        axes[0].add_patch(Rectangle((c0, r0), c1 - c0, r1 - r0, facecolor=colors(k % 20),
+                                    alpha=0.25, edgecolor=colors(k % 20), linewidth=1.2))
+        (r0, r1), (c0, c1) = p["rows"], p["cols"]
+        axes[1].add_patch(Rectangle((c0, r0), c1 - c0, r1 - r0, facecolor=colors(k % 20),
+                                    alpha=0.6, edgecolor="black", linewidth=0.6))
+        axes[1].text((c0 + c1) / 2, (r0 + r1) / 2, str(k), ha="center", va="center",
+                     fontsize=7)
+    for ax, (h, w), title in ((axes[0], (height, width), "input regions (halos overlap)"),
+                              (axes[1], (out_rows, out_cols),
+                               f"patches of {patch['layers'][-1]}")):
+        ax.set_xlim(0, w)
+        ax.set_ylim(h, 0)
+        ax.set_aspect("equal")
+        ax.set_title(title, fontsize=9)
+    fig.suptitle(f"{patch['grid'][0]}x{patch['grid'][1]} patches over "
+                 f"{len(patch['layers'])} layers, +{100 * patch['extra_macs_fraction']:.1f}% "
+                 f"MACs", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def _plot_savings(path: Path, savings: list[LayerSaving]) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9, 4))
@@ -160,13 +198,15 @@ def _plot_savings(path: Path, savings: list[LayerSaving]) -> None:
 def write_report(out_dir: str | os.PathLike, graph: Graph,
                  orders: dict[str, tuple], offsets: dict[str, int],
                  arena_bytes: int, planner: str, summary: list[tuple[str, str]],
-                 budget_bytes: int | None = None, arena_graph: Graph | None = None) -> Report:
+                 budget_bytes: int | None = None, arena_graph: Graph | None = None,
+                 patch: dict | None = None, input_shape=None) -> Report:
     """Render the report into ``out_dir``. ``orders`` maps a label to ``(order, inplace)`` or
     ``(order, inplace, its graph)`` when it is an order of another graph than ``graph`` (e.g.
     the model before identity rewriting); the baseline first, ours (of ``graph``) last;
     ``offsets``/``arena_bytes``/``planner`` are the arena plan of ours, of ``graph`` in our order
     or, when the arena was planned on another graph (e.g. ArenaPlan's, after TVM's lowering),
-    of ``arena_graph`` in its node order."""
+    of ``arena_graph`` in its node order. ``patch``: ``plan.json``'s applied patch plan, drawn
+    over the input of ``input_shape``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     ours, inplace = list(orders.values())[-1][:2]
@@ -179,13 +219,17 @@ def write_report(out_dir: str | os.PathLike, graph: Graph,
     if savings:
         images["rip"] = out / "rip.png"
         _plot_savings(images["rip"], savings)
+    if patch:
+        images["patches"] = out / "patches.png"
+        _plot_patches(images["patches"], patch, input_shape)
     rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
                    for k, v in summary)
     figures = "".join(
         f'<h2>{title}</h2><img alt="{title}" src="data:image/png;base64,'
         f'{base64.b64encode(images[key].read_bytes()).decode()}">'
-        for key, title in (("memory", "Memory over time"), ("arena", "Arena map"),
-                           ("rip", "Per-layer in-place savings")) if key in images)
+        for key, title in (("memory", "Memory over time"), ("patches", "Patch grid"),
+                           ("arena", "Arena map"), ("rip", "Per-layer in-place savings"))
+        if key in images)
     layer_rows = "".join(
         f"<tr><td>{html.escape(s.name)}</td><td>{html.escape(s.op)}</td>"
         f"<td>{s.dual_buffer_bytes:,}</td><td>{s.inplace_bytes:,}</td><td>{s.saved_bytes:,}</td>"
@@ -246,11 +290,20 @@ def write_compiled_report(out_dir: str | os.PathLike) -> Report:
     if fit:
         summary.append(("SRAM total", f"{fit['total_bytes']:,} B of {fit['sram_bytes']:,} B: "
                                       f"{'fits' if fit['fits'] else 'does not fit'}"))
-    return write_report(_fresh_report_dir(out), graph,
-                        {"TFLite order, dual buffer": (source.op_names, False, source),
-                         "tvm-serenity": (plan["order"], rip)},
-                        plan["offsets"], plan["arena_bytes"], plan["planner"], summary,
-                        budget_bytes=budget)
+    orders = {"TFLite order, dual buffer": (source.op_names, False, source)}
+    patch = plan.get("patch") or {}
+    if patch.get("applied"):
+        orders["tvm-serenity without patches"] = (patch["unpatched_order"], rip, source)
+        summary.append(("patches", f"{patch['grid'][0]}x{patch['grid'][1]} over "
+                                   f"{len(patch['layers'])} layers, peak "
+                                   f"{patch['peak_unpatched_bytes']:,} B unpatched, "
+                                   f"{patch['peak_bytes']:,} B input resident, "
+                                   f"{patch['peak_streamed_bytes']:,} B input streamed"))
+    orders["tvm-serenity"] = (plan["order"], rip or bool(patch.get("applied")))
+    first_input = plan["inputs"][0]["shape"] if plan["inputs"] else None
+    return write_report(_fresh_report_dir(out), graph, orders, plan["offsets"],
+                        plan["arena_bytes"], plan["planner"], summary, budget_bytes=budget,
+                        patch=patch if patch.get("applied") else None, input_shape=first_input)
 
 
 def write_relax_report(out_dir: str | os.PathLike) -> Report:

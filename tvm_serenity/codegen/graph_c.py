@@ -88,6 +88,18 @@ faults on unaligned word accesses). A rewrite is refused unless its concat is a 
 (every operand quantized like the output, no fused activation: :func:`concat_is_copy`), the
 condition under which the rewrite is an identity.
 
+Patch plans (:mod:`tvm_serenity.rewrite.patch`, ``compile --patch``). A patch node runs its
+layer's kernel for the patch's region: a window layer's :mod:`.kernels` kernel built for the
+region's shape and border padding, with row pitches (:attr:`.spec.LayerSpec.input_row_pitch`)
+where it reads a window of a wider buffer (the whole input, or a reader's part of a
+producer's patch) or writes its rows into the prefix's full output; an elementwise layer (a
+residual ADD too) row by row in that case, otherwise in one call. The patches of a layer
+share its constant tables. The ``patch_output`` allocation is no code. A streamed input
+(``stream_input``) is no arena tensor: each patch's ``input_region`` node is filled through
+``model_read_input(i, offset, dst, bytes)``, a function ``model.h`` declares
+(``MODEL_STREAMS_INPUT``) and the application defines, one call per row of the region (one
+for the whole region when it spans the input's width); ``model_input(i)`` is then NULL.
+
 Float edges. TFLite models with a float32 input or output (e.g. TinyEngine's vww) quantize
 and dequantize at the edges. By default (``integer_core(model, float_edges=True)``) those
 QUANTIZE/DEQUANTIZE run as C kernels (:func:`.elementwise_ops.float_quantize_kernel`,

@@ -4,57 +4,67 @@ The first layers of a CNN hold its largest activations. Computing the output of 
 window layers patch by patch (each patch from its own input region, halo included) means only
 one patch's intermediate tensors exist at a time; the prefix's full output is assembled in
 place. This module finds such a plan, prices it with the one memory model and checks it is
-exact with the numpy reference interpreter. (C emission is a later step.)
+exact with the numpy reference interpreter; :mod:`tvm_serenity.codegen.graph_c` emits the
+patched graph as C (``compile --patch``).
 
 Receptive fields
 ----------------
 A *window layer* is CONV_2D, DEPTHWISE_CONV_2D (any kernel, 1x1 included), AVERAGE/MAX_POOL_2D
 (kernel ``k``, stride ``s``, dilation ``d``, padding ``[top, bottom, left, right]``; a folded
-PAD is part of its padding), an explicit spatial PAD (a 1x1 window whose padding is the PAD's)
-and a one-input elementwise operator (QUANTIZE, RELU, RELU6, HARD_SWISH, LOGISTIC, and ADD/MUL
-with a constant: a 1x1 window, no padding). Along one axis, output rows ``[a, b)`` of a layer
-read the padded input rows ``[a*s - p, (b-1)*s - p + (k-1)*d + 1)``: that range clipped to the
-input tensor is the patch's input region, and whatever lies outside the tensor is the padding
-this patch sees (only at true tensor borders: never more than the full layer's own padding).
-Running the layer on the region with that padding gives exactly rows ``[a, b)`` of the full
-output (the taps are the same values, in the same order). The prefix output is split into an
-``n x m`` grid (row and column sizes differing by at most one) and the regions are propagated
-backwards, layer by layer, to the prefix input. The halo recomputation costs
+PAD is part of its padding), an explicit spatial PAD (a 1x1 window whose padding is the PAD's),
+a one-input elementwise operator (QUANTIZE, RELU, RELU6, HARD_SWISH, LOGISTIC, and ADD/MUL
+with a constant: a 1x1 window, no padding) and the ADD of two same-shaped layers that closes a
+residual block. Along one axis, output rows ``[a, b)`` of a layer read the padded input rows
+``[a*s - p, (b-1)*s - p + (k-1)*d + 1)``: that range clipped to the input tensor is the
+patch's input region, and whatever lies outside the tensor is the padding this patch sees
+(only at true tensor borders: never more than the full layer's own padding). Running the layer
+on the region with that padding gives exactly rows ``[a, b)`` of the full output (the taps are
+the same values, in the same order). The prefix output is split into an ``n x m`` grid (row
+and column sizes differing by at most one) and the regions are propagated backwards, last
+layer first: a layer's output region is the bounding box of the input regions its readers in
+the prefix need (a residual block's input: the block's first layer's, with the halo of the
+depthwise after it, and the ADD's, a part of it). The halo recomputation costs
 ``sum over patches and layers of region MACs - unpatched prefix MACs``, reported as a fraction
 of the whole network's MACs (conv, depthwise, fully connected; pools count their taps).
 
 The patched graph
 -----------------
 In the graph IR, judged by :mod:`tvm_serenity.memory` like any other graph: for patch ``p``
-(row-major) and prefix layer ``l < last`` one plain node of the patch region's bytes reading
-patch ``p``'s node of layer ``l - 1`` (or the graph input); the prefix output is a chain
-``Y0 -> Y1 -> ... -> YP``: ``Y0`` an allocation (no inputs, the full output's bytes) and patch
-``p``'s last-layer node an ``"alias"`` over ``Y(p-1)`` that also reads patch ``p``'s previous
-layer, so the full output is live from the first patch on and each patch writes its part into
-it (``mem_during = live_before``). The rest of the network is unchanged and reads ``YP``. With
-``stream_input=True`` the graph input is no ``input`` node: each patch gets an input-region
-node (no inputs, the region's bytes), i.e. the input arrives patch by patch (a camera, a
-streamed file) instead of being resident from the start.
+(row-major) and every prefix layer but the last, one plain node of the patch region's bytes
+reading patch ``p``'s nodes of the layers it reads (or the graph input); the prefix output is a
+chain ``Y0 -> Y1 -> ... -> YP``: ``Y0`` an allocation (no inputs, the full output's bytes) and
+patch ``p``'s last-layer node an ``"alias"`` over ``Y(p-1)`` that also reads patch ``p``'s
+layers before it, so the full output is live from the first patch on and each patch writes its
+part into it (``mem_during = live_before``). The rest of the network is unchanged and reads
+``YP``. Each patch node keeps its layer's attributes with the region's input shape and padding
+(what its kernel is built from) and says in ``attrs["patch"]`` where it reads and writes: a
+region of a wider buffer (the whole input, or a reader's part of a producer's patch) by its
+offset and row pitch. With ``stream_input=True`` the graph input is no ``input`` node: each
+patch gets an input-region node (no inputs, the region's bytes), i.e. the input arrives patch
+by patch (a camera, a streamed file) instead of being resident from the start.
 
 The search
 ----------
-Prefixes are chains from the graph input (each intermediate tensor read only by the next
-layer). For prefix lengths 1, 2, ... and every grid ``n x m`` with ``1 <= n, m <= 8`` (not 1x1,
-at most one patch per output row/column) within ``max_overhead``, the patched graph is ordered
-by the project's exact scheduler (``serenity`` by default) and the lowest whole-network peak
-is kept. The prefix grows until a plan below the unpatched peak is known and no step after
-the prefix in the unpatched order (the same scheduler on the unpatched graph) reaches that
-plan's peak: from there on the peak is no longer in what is left unpatched, and a longer
-prefix only adds halo. One deadline bounds the search (each schedule gets a
-share of what is left). :func:`plan_patches` returns a :class:`PatchPlan`, or None when no
-plan has a lower peak than the unpatched network under the same scheduler.
+:func:`prefix_chain` lists the layers a plan may cover in topological order from the input;
+:func:`cuts` the prefix lengths that end where exactly one tensor leaves the prefix (inside a
+residual block two do: its input and the branch). For every cut and every grid ``n x m`` with
+``1 <= n, m <= 8`` (not 1x1, at most one patch per output row/column) within
+``max_overhead``, the patched graph is ordered by the project's exact scheduler (``serenity``
+by default) and the lowest whole-network peak is kept. The prefix grows until a plan below the
+unpatched peak is known and no step after the prefix in the unpatched order (the same
+scheduler on the unpatched graph) reaches that plan's peak: from there on the peak is no
+longer in what is left unpatched, and a longer prefix only adds halo. One deadline bounds the
+search (each schedule gets a share of what is left). :func:`plan_patches` returns a
+:class:`PatchPlan`, or None when no plan has a lower peak than the unpatched network under the
+same scheduler; :func:`plan_for` prices one given prefix and grid.
 
 Exactness
 ---------
 :func:`run_patched` runs the prefix patch by patch with the reference interpreter's integer
-kernels on the regions (the input region sliced, padded only where the full layer pads),
-writes each patch into the full output, and runs the rest of the model with the interpreter.
-Tests compare it byte for byte with :func:`tvm_serenity.frontend.reference.run`.
+kernels on the regions (each input sliced out of what its producer's patch holds, padded only
+where the full layer pads), writes each patch into the full output, and runs the rest of the
+model with the interpreter. Tests compare it byte for byte with
+:func:`tvm_serenity.frontend.reference.run`.
 """
 
 from __future__ import annotations
