@@ -256,11 +256,33 @@ def test_search_reports_when_no_plan_helps(tmp_path):
                   tmp_path)
     compiled = compile_tflite(path, "host", tmp_path / "out", patch=True, build=False)
     assert compiled.patch is None
-    assert load_plan(tmp_path / "out")["patch"] == {"applied": False}
-    assert "patches: none lowers the peak" in compiled.summary()
+    assert load_plan(tmp_path / "out")["patch"]["applied"] is False
+    assert "patches: none (no plan lowers the peak" in compiled.summary()
     plain = compile_tflite(path, "host", tmp_path / "plain", build=False)
     assert load_plan(tmp_path / "plain")["patch"] is None
     assert "patches" not in plain.summary()
+
+
+def _two_input_model():
+    b = ModelBuilder()
+    x = b.add_tensor((1, 8, 8, 2), scale=0.05, zero_point=0)
+    y = b.add_tensor((1, 8, 8, 2), scale=0.05, zero_point=1)
+    s = b.add_tensor((1, 8, 8, 2), scale=0.08, zero_point=0)
+    b.add_operator("ADD", [x, y], [s], {"fused_activation_function": "NONE"})
+    return parse_tflite(b.build([x, y], [s]))
+
+
+@needs_cc
+def test_a_model_with_two_inputs_has_nothing_to_patch_and_says_why(tmp_path):
+    path = _write(_two_input_model(), tmp_path)
+    compiled = compile_tflite(path, "host", tmp_path / "out", patch=True, build=False)
+    assert compiled.patch is None
+    assert "patches: none (the model has 2 inputs; a patch plan starts from one)" \
+        in compiled.summary()
+    assert load_plan(tmp_path / "out")["patch"]["why"].startswith("the model has 2 inputs")
+    with pytest.raises(PatchError, match="has 2 inputs; a patch plan starts from a single"):
+        compile_tflite(path, "host", tmp_path / "forced", patch=True, patch_layers=1,
+                       patch_grid=(2, 2), build=False)
 
 
 @needs_cc

@@ -101,7 +101,7 @@ from .frontend.tflite_model import Tensor, TFLiteModel
 from .graph import Graph
 from .passes import LowerFakeQuant, MemoryAwareSchedule
 from .rewrite import PATTERN_NAMES, RewriteResult, rewrite_graph
-from .rewrite.patch import PatchPlan, plan_for, plan_patches, without_inplace
+from .rewrite.patch import PatchPlan, plan_for, plan_patches, why_no_plan, without_inplace
 from .rip.choice import relax_channel_kinds
 from .schedule import Deadline, ScheduleResult
 from .text import counted
@@ -148,6 +148,7 @@ class CompiledModel:
     patch: PatchPlan | None = None        # patch-based first layers (patch=True)
     patch_requested: bool = False
     unpatched_order: tuple[str, ...] = ()   # with a patch plan: the order before it
+    patch_refusal: str = ""               # why there was nothing to patch (patch=True)
 
     @property
     def model_dir(self) -> Path:
@@ -202,7 +203,8 @@ class CompiledModel:
             return None
         p = self.patch
         if p is None:
-            return {"applied": False}
+            return {"applied": False, "why": self.patch_refusal or "no plan lowers the peak "
+                                                                  "within the MAC overhead"}
         return {"applied": True, "stream_input": p.stream_input, "layers": list(p.layers),
                 "grid": list(p.grid),
                 "peak_unpatched_bytes": p.peak_unpatched,
@@ -220,7 +222,8 @@ class CompiledModel:
             return None
         p = self.patch
         if p is None:
-            return "patches: none lowers the peak within the MAC overhead allowed"
+            why = self.patch_refusal or "no plan lowers the peak within the MAC overhead allowed"
+            return f"patches: none ({why})"
         streamed = (f"{p.peak_streamed:,} B with the input streamed (this build), "
                     f"{p.peak_full_input:,} B with it resident") if p.stream_input else \
             (f"{p.peak_full_input:,} B ({p.peak_streamed:,} B with the input streamed patch "
@@ -533,7 +536,7 @@ def _compile(front_end, source: Path, target: str, out_dir, marker: dict, *, for
         else:
             order = scheduler.result
             assert list(order.order) == graph.op_names     # main is in the order decided
-        patch_plan = None
+        patch_plan, refusal = None, why_no_plan(graph, PATCH_OPS) if patch else ""
         if forced:
             patch_plan = plan_for(graph, *forced, method=schedule, inplace=rip,
                                   stream_input=stream_input, time_limit=search.share(0.5),
@@ -568,7 +571,7 @@ def _compile(front_end, source: Path, target: str, out_dir, marker: dict, *, for
                                input_data=data, stack_reserve=stack_reserve)
         compiled = CompiledModel(out, source, target, rip, core, graph, order, plan, emitted,
                                  None, rewritten, source_graph, int8_core, relaxed, relax_entry,
-                                 patch_plan, patch, unpatched_order)
+                                 patch_plan, patch, unpatched_order, refusal)
         graph.save(tmp / GRAPH_FILE)
         if source_graph is not None:
             source_graph.save(tmp / SOURCE_GRAPH_FILE)

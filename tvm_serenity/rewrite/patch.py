@@ -83,9 +83,9 @@ from ..frontend import reference
 from ..frontend.tflite_model import TFLiteModel
 
 __all__ = ["PatchError", "Window", "LayerRegion", "PatchPlan", "window_of", "prefix_chain",
-           "cuts", "split_extent", "input_range", "patch_regions", "source_region", "prefix_macs", "network_macs",
-           "patched_graph", "without_inplace", "plan_patches", "plan_for", "run_patched",
-           "GRID_MAX"]
+           "cuts", "split_extent", "input_range", "patch_regions", "source_region",
+           "prefix_macs", "network_macs", "patched_graph", "why_no_plan", "without_inplace",
+           "plan_patches", "plan_for", "run_patched", "GRID_MAX"]
 
 GRID_MAX = 8
 _CONVS = ("conv2d", "depthwise_conv2d")
@@ -461,6 +461,18 @@ def patched_graph(graph: Graph, input_name: str, windows: list[Window],
 
 
 # --------------------------------------------------------------------------- search
+def why_no_plan(graph: Graph, ops=None) -> str:
+    """Why :func:`plan_patches` can find nothing to patch in ``graph`` before any search, or
+    "" when it has layers to try."""
+    input_name, chain = prefix_chain(graph, ops)
+    if not input_name:
+        return f"the model has {len(graph.input_names)} inputs; a patch plan starts from one"
+    if not cuts(graph, input_name, chain):
+        return (f"no window layer or residual block starts from its input "
+                f"'{input_name}'")
+    return ""
+
+
 def without_inplace(graph: Graph) -> Graph:
     """``graph`` with every node plain (no RiP workspace, no alias)."""
     return Graph([dataclasses.replace(n, inplace=None) for n in graph.nodes.values()],
@@ -535,6 +547,9 @@ def plan_for(graph: Graph, prefix_length: int, grid: tuple[int, int], *,
     deadline = Deadline.of(time_limit)
     graph = graph if inplace else without_inplace(graph)
     input_name, chain = prefix_chain(graph, ops)
+    if not input_name:
+        raise PatchError(f"graph '{graph.name}' has {len(graph.input_names)} inputs; a patch "
+                         "plan starts from a single input")
     if not 1 <= prefix_length <= len(chain):
         raise PatchError(f"graph '{graph.name}': prefix length {prefix_length} is not within "
                          f"the {len(chain)} window layers chained from its input")
