@@ -127,7 +127,34 @@ def _run_cells(row: dict, base: dict) -> list:
     if row["cycles"] is None:
         return cells + ["n/a", "n/a", "n/a"]
     ratio = f"{row['cycles'] / base['cycles']:.3f}" if base["cycles"] else "n/a"
-    return cells + [row["cycles"], ratio, "yes" if row["exact"] else "NO"]
+    return cells + [row["cycles"], ratio, _exact(row)]
+
+
+HEAD = ["model", "arena B", "SRAM B", "fits", "cycles", "exact",
+        *[column for kind in ("resident", "streamed")
+          for column in (f"{kind}: layers", "grid", "extra MACs", "arena B", "SRAM B", "fits",
+                         "cycles", "x cycles", "bit-exact vs TFLM")]]
+
+
+def _exact(row: dict) -> str:
+    return "n/a" if row["exact"] is None else "yes" if row["exact"] else "NO"
+
+
+def measure_model(name: str, path: Path, work: Path, time_limit: float, execute: bool
+                  ) -> list:
+    """One table row: the three builds of the model at ``path`` (module docstring)."""
+    model = load_tflite(path)
+    inputs = model_inputs(model, np.random.default_rng(SEED))
+    expected = tflm_outputs(path, model, [inputs])[0]
+    builds = [_measure(path, work / kind, inputs, expected, time_limit, execute, **options)
+              for kind, options in (("plain", {}), ("resident", {"patch": True}),
+                                    ("streamed", {"patch": True, "stream_input": True}))]
+    base = builds[0]
+    row = [name, *_run_cells(base, base)[:2], fits(base["fit"]), base["cycles"] or "n/a",
+           _exact(base)]
+    for b in builds[1:]:
+        row += _plan_cells(b) + _run_cells(b, base)
+    return row
 
 
 def mobilenet_v2_224(time_limit: float) -> list:
@@ -170,27 +197,10 @@ def main(argv=None) -> None:
         (work / "models").mkdir(parents=True, exist_ok=True)
         rows = []
         for name, path in _models(args.models, work / "models"):
-            model = load_tflite(path)
-            inputs = model_inputs(model, np.random.default_rng(SEED))
-            expected = tflm_outputs(path, model, [inputs])[0]
-            stem = name.split()[0]
-            builds = [_measure(path, work / stem / kind, inputs, expected, args.time_limit,
-                               not args.no_run, **options)
-                      for kind, options in (("plain", {}), ("resident", {"patch": True}),
-                                            ("streamed", {"patch": True,
-                                                          "stream_input": True}))]
-            base = builds[0]
-            row = [name, *_run_cells(base, base)[:2], fits(base["fit"]),
-                   base["cycles"] or "n/a", "yes" if base["exact"] else "n/a"]
-            for b in builds[1:]:
-                row += _plan_cells(b) + _run_cells(b, base)
-            rows.append(row)
-            print(" | ".join(str(c) for c in row), flush=True)
+            rows.append(measure_model(name, path, work / name.split()[0], args.time_limit,
+                                      not args.no_run))
+            print(" | ".join(str(c) for c in rows[-1]), flush=True)
         mbv2 = mobilenet_v2_224(args.time_limit)
-    head = ["model", "arena B", "SRAM B", "fits", "cycles", "exact"]
-    for kind in ("resident", "streamed"):
-        head += [f"{kind}: layers", "grid", "extra MACs", "arena B", "SRAM B", "fits",
-                 "cycles", "x cycles", "bit-exact vs TFLM"]
     fitting = [sum(1 for r in rows if str(r[col]).startswith("yes")) for col in (3, 11, 20)]
     text = "\n".join([
         "## Patch-based execution of the first layers (`patch`)", "",
@@ -209,7 +219,7 @@ def main(argv=None) -> None:
         "bit-exact: all outputs equal TensorFlow Lite Micro's interpreter byte for byte. "
         "`(zoo)`: an MCUNet config of `../shared/models/mcunet` written as int8 `.tflite` "
         "with seeded random weights.", "",
-        table(head, rows), "",
+        table(HEAD, rows), "",
         f"Models that fit the Pico: unpatched {fitting[0]}, patched with the input resident "
         f"{fitting[1]}, patched with the input streamed {fitting[2]} of {len(rows)}.", "",
         "MobileNetV2 (width 1.0, 224x224, int8; too large for the Pico's flash), peak "
