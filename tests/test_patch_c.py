@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from test_patch_plan import (_LAYER, MIXED, RESIDUAL_STAGE, _fits, build_cnn,
                              inverted_residual)
 from toolchain import needs_cc, needs_qemu, needs_rp2040js
+from tvm_serenity.cli import main
 from tvm_serenity.deploy import compile_tflite, load_plan, run
 from tvm_serenity.errors import SerenityError
 from tvm_serenity.frontend import ModelBuilder, parse_tflite, tflite_to_graph
@@ -131,6 +132,31 @@ def test_random_residual_stages_bit_exact_on_host(tmp_path_factory, hw, cin, blo
     tmp = tmp_path_factory.mktemp("res")
     _compile_and_check(_write(model, tmp), tmp / "out", patch=True, patch_layers=k,
                        patch_grid=grid, seed=seed)
+
+
+@needs_cc
+@pytest.mark.parametrize("stream_input", [False, True])
+def test_two_segments_from_the_cli_are_bit_exact_on_host(tmp_path, capsys, stream_input):
+    """--patch-layers 5,4 --patch-grid 2x2,3x2: the first block patched from the input, the
+    second from the full output the first wrote."""
+    model = build_cnn((20, 18), 3, RESIDUAL_STAGE, seed=9)
+    path = _write(model, tmp_path)
+    out = tmp_path / "out"
+    argv = ["compile", str(path), "--target", "host", "-o", str(out), "--patch",
+            "--patch-layers", "5,4", "--patch-grid", "2x2,3x2"]
+    assert main(argv + (["--stream-input"] if stream_input else [])) == 0
+    assert "in 2 segments (2x2 then 3x2)" in capsys.readouterr().out
+    run(out, host=True)                      # raises on the first differing output byte
+    plan = load_plan(out)["patch"]
+    assert [seg["grid"] for seg in plan["segments"]] == [[2, 2], [3, 2]]
+    assert len(plan["layers"]) == 9 and plan["segments"][1]["reads"] == "add_4.patch3"
+    for bad, message in ((["--patch-layers", "5,x", "--patch-grid", "2x2"], "numbers joined"),
+                         (["--patch-layers", "5,4", "--patch-grid", "2x2"], "one per segment"),
+                         (["--patch-layers", "5,3", "--patch-grid", "2x2,2x2"],
+                          "cannot end there")):
+        assert main(["compile", str(path), "--target", "host", "-o", str(tmp_path / "bad"),
+                     "--patch", *bad]) != 0
+        assert message in capsys.readouterr().err
 
 
 def _float_input_cnn(seed=3):

@@ -17,6 +17,7 @@ from tvm_serenity.rewrite.patch import (PatchError, cuts, input_range, patch_reg
                                         patched_graph,
                                         plan_for, plan_patches, prefix_chain, prefix_macs,
                                         run_patched, split_extent, without_inplace)
+from tvm_serenity.memory import simulate
 from tvm_serenity.schedule import schedule
 
 
@@ -270,6 +271,44 @@ def test_run_patched_exact_through_residual_blocks(prefix_length, grid):
     model = build_cnn((20, 18), 3, RESIDUAL_STAGE, seed=prefix_length)
     plan = assert_exact(model, prefix_length, grid)
     assert plan.layers[-1].startswith("add" if prefix_length < 10 else "depthwise")
+
+
+@pytest.mark.parametrize("stream_input", [False, True])
+def test_segments_each_start_from_the_output_the_one_before_wrote(stream_input):
+    model = build_cnn((20, 18), 3, RESIDUAL_STAGE, seed=6)
+    graph = tflite_to_graph(model)
+    plan = plan_for(graph, [5, 4, 1], [(2, 2), (3, 2), (2, 1)], stream_input=stream_input)
+    first, second, third = plan.segments
+    assert first.input == "input_0" and second.input == first.exit
+    assert third.input == second.exit and plan.layers[-1] == third.layers[-1]
+    assert plan.extra_macs == sum(seg.extra_macs for seg in plan.segments)
+    pg = plan.graph(graph)
+    assert simulate(pg, plan.order).peak_bytes == plan.peak_bytes
+    x = _input(model)
+    assert run_patched(model, plan, x)[0].tobytes() == reference.run(model, x)[0].tobytes()
+    with pytest.raises(PatchError, match="one grid per segment"):
+        plan_for(graph, [5, 4], [(2, 2)])
+    with pytest.raises(PatchError, match=r"after 'add_4.patch3': prefix length 9 is not "):
+        plan_for(graph, [5, 9], [(2, 2), (2, 2)])
+
+
+def _plateau():
+    """Two equal peaks far apart: a segment for each lowers the peak, one alone does not."""
+    wide = [{"op": "CONV_2D", "kernel": (3, 3), "cout": 16},
+            {"op": "CONV_2D", "kernel": (1, 1), "cout": 2}]
+    return build_cnn((16, 16), 2, wide + wide, seed=12)
+
+
+def test_search_lowers_a_plateau_segment_by_segment():
+    model = _plateau()
+    graph = tflite_to_graph(model)
+    one = plan_patches(graph, max_segments=1, time_limit=60)
+    plan = plan_patches(graph, time_limit=60)
+    assert plan is not None and plan.peak_bytes < plan.peak_unpatched
+    assert one is None or plan.peak_bytes <= one.peak_bytes
+    assert plan.extra_macs_fraction <= 0.2
+    x = _input(model)
+    assert run_patched(model, plan, x)[0].tobytes() == reference.run(model, x)[0].tobytes()
 
 
 _LAYER = st.one_of(

@@ -173,9 +173,10 @@ def _add_compile(sub) -> None:
                         "network's (default: 0.2)")
     p.add_argument("--patch-grid", metavar="ROWSxCOLS",
                    help="with --patch and --patch-layers: force this grid instead of the "
-                        "search, e.g. 4x4")
-    p.add_argument("--patch-layers", type=int, metavar="K",
-                   help="with --patch and --patch-grid: patch the first K layers")
+                        "search, e.g. 4x4 (or one per segment: 3x4,1x3)")
+    p.add_argument("--patch-layers", metavar="K",
+                   help="with --patch and --patch-grid: patch the first K layers (or K "
+                        "layers per segment, each from the output of the one before: 10,2)")
     p.add_argument("--stream-input", action="store_true",
                    help="with --patch: the input is not kept in the arena; model_run reads it "
                         "patch by patch through model_read_input() (a camera, flash)")
@@ -213,7 +214,7 @@ def _cmd_compile(args) -> int:
         or args.patch_overhead != 0.2 or args.stream_input
     if args.target == LLVM_TARGET and patching:
         raise SerenityError("--patch is for the MCU targets (pico, pico2, host), not llvm")
-    grid = _grid(args.patch_grid)
+    layers, grid = _patch_plan(args.patch_layers, args.patch_grid)
     if args.target == LLVM_TARGET:
         from .relax_deploy import REPORT_FILE, compile_relax
         built = compile_relax(model, args.output, method=args.schedule, planner=args.planner,
@@ -236,7 +237,7 @@ def _cmd_compile(args) -> int:
                                  time_limit=args.time_limit, force=args.force,
                                  int8_core=args.int8_core, patch=args.patch,
                                  patch_overhead=args.patch_overhead,
-                                 patch_layers=args.patch_layers, patch_grid=grid,
+                                 patch_layers=layers, patch_grid=grid,
                                  stream_input=args.stream_input)
     from .report import write_compiled_report
     report = write_compiled_report(args.output)
@@ -248,14 +249,23 @@ def _cmd_compile(args) -> int:
     return 0
 
 
-def _grid(text: str | None) -> tuple[int, int] | None:
-    """``--patch-grid ROWSxCOLS`` as a tuple; refused in one line when malformed."""
-    if text is None:
-        return None
-    parts = text.lower().split("x")
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
-        raise SerenityError(f"--patch-grid must be ROWSxCOLS such as 4x4, got '{text}'")
-    return int(parts[0]), int(parts[1])
+def _patch_plan(layers: str | None, grids: str | None):
+    """``--patch-layers K[,K...]`` and ``--patch-grid RxC[,RxC...]`` as ints and tuples (one
+    segment: a plain int and tuple); refused in one line when malformed."""
+    if layers is not None and not all(k.strip().isdigit() for k in layers.split(",")):
+        raise SerenityError(f"--patch-layers must be a number of layers (or numbers joined "
+                            f"by commas), got '{layers}'")
+    parsed = []
+    for text in (grids.split(",") if grids is not None else []):
+        parts = text.strip().lower().split("x")
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise SerenityError(f"--patch-grid must be ROWSxCOLS such as 4x4 (or several "
+                                f"joined by commas), got '{grids}'")
+        parsed.append((int(parts[0]), int(parts[1])))
+    ks = [int(k) for k in layers.split(",")] if layers is not None else None
+    if ks is not None and len(ks) == 1 and len(parsed) <= 1:
+        return ks[0], parsed[0] if parsed else None
+    return ks, parsed or None
 
 
 def _shown(out: str, path: Path) -> Path:

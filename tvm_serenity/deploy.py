@@ -207,6 +207,9 @@ class CompiledModel:
                                                                   "within the MAC overhead"}
         return {"applied": True, "stream_input": p.stream_input, "layers": list(p.layers),
                 "grid": list(p.grid),
+                "segments": [{"layers": list(seg.layers), "grid": list(seg.grid),
+                              "reads": seg.input, "extra_macs": seg.extra_macs}
+                             for seg in p.segments],
                 "peak_unpatched_bytes": p.peak_unpatched,
                 "peak_bytes": p.peak_full_input, "peak_streamed_bytes": p.peak_streamed,
                 "extra_macs": p.extra_macs, "extra_macs_fraction": p.extra_macs_fraction,
@@ -228,8 +231,10 @@ class CompiledModel:
                     f"{p.peak_full_input:,} B with it resident") if p.stream_input else \
             (f"{p.peak_full_input:,} B ({p.peak_streamed:,} B with the input streamed patch "
              f"by patch)")
+        grids = " then ".join(f"{seg.grid[0]}x{seg.grid[1]}" for seg in p.segments)
         return (f"patches: first {counted(len(p.layers), 'layer')} ({p.layers[0]} .. "
-                f"{p.layers[-1]}) in a {p.grid[0]}x{p.grid[1]} grid, scheduler peak "
+                f"{p.layers[-1]}) in {counted(len(p.segments), 'segment')} ({grids}), "
+                f"scheduler peak "
                 f"{p.peak_unpatched:,} -> {streamed}, +{100 * p.extra_macs_fraction:.1f}% MACs")
 
     def rewrite_json(self) -> dict | None:
@@ -461,22 +466,27 @@ def compile_module(mod: tvm.IRModule, target: str = "pico",
                     int8_core=int8_core, **options)
 
 
-def _forced_patch(patch: bool, layers, grid) -> tuple[int, tuple[int, int]] | None:
-    """``(layers, grid)`` when the caller forces a patch plan, after checking both."""
+def _forced_patch(patch: bool, layers, grid) -> tuple[list[int], list[tuple]] | None:
+    """``(layers, grids)``, one per segment, when the caller forces a patch plan, after
+    checking both (an int and a ``(rows, columns)`` pair for one segment, or lists)."""
     if layers is None and grid is None:
         return None
     if not patch or layers is None or grid is None:
         raise SerenityError("patch_layers and patch_grid force a patch plan together, with "
                             "patch=True")
-    if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
-        raise SerenityError(f"patch_layers must be a positive number of layers, got "
-                            f"{layers!r}")
-    grid = tuple(grid) if isinstance(grid, (tuple, list)) else ()
-    if len(grid) != 2 or any(isinstance(g, bool) or not isinstance(g, int) or g < 1
-                             for g in grid):
-        raise SerenityError(f"patch_grid must be (rows, columns) of positive integers, got "
-                            f"{grid!r}")
-    return layers, grid
+    many = isinstance(layers, (list, tuple))
+    layers = list(layers) if many else [layers]
+    grids = [tuple(g) if isinstance(g, (list, tuple)) else () for g in grid] if many \
+        else [tuple(grid) if isinstance(grid, (list, tuple)) else ()]
+    if any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in layers):
+        raise SerenityError(f"patch_layers must be a positive number of layers (or one per "
+                            f"segment), got {layers if many else layers[0]!r}")
+    if len(grids) != len(layers) or any(
+            len(g) != 2 or any(isinstance(v, bool) or not isinstance(v, int) or v < 1
+                               for v in g) for g in grids):
+        raise SerenityError(f"patch_grid must be (rows, columns) of positive integers, one "
+                            f"per segment of patch_layers, got {grid!r}")
+    return layers, grids
 
 
 def _compile(front_end, source: Path, target: str, out_dir, marker: dict, *, force: bool,

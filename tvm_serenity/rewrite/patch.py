@@ -82,7 +82,7 @@ from ..schedule import Deadline, ScheduleResult, schedule
 from ..frontend import reference
 from ..frontend.tflite_model import TFLiteModel
 
-__all__ = ["PatchError", "Window", "LayerRegion", "PatchPlan", "window_of", "prefix_chain",
+__all__ = ["PatchError", "Window", "LayerRegion", "Segment", "PatchPlan", "window_of", "prefix_chain",
            "cuts", "split_extent", "input_range", "patch_regions", "source_region",
            "prefix_macs", "network_macs", "patched_graph", "why_no_plan", "without_inplace",
            "plan_patches", "plan_for", "run_patched", "GRID_MAX"]
@@ -145,30 +145,77 @@ class LayerRegion:
 
 
 @dataclass(frozen=True)
-class PatchPlan:
-    """A chosen patch plan and its figures (bytes from the memory model)."""
+class Segment:
+    """One run of patches: the layers ``windows`` read from node ``input`` (the graph input,
+    or the full output an earlier segment wrote), computed in a ``grid`` of patches."""
 
-    input: str                            # the graph input the prefix reads
-    layers: tuple[str, ...]               # prefix layer names, first to last
+    input: str
     windows: tuple[Window, ...]
     grid: tuple[int, int]                 # patch rows x patch columns
     regions: tuple[tuple[LayerRegion, ...], ...]   # per patch (row-major), per layer
+    extra_macs: int
+
+    @property
+    def layers(self) -> tuple[str, ...]:
+        return tuple(w.name for w in self.windows)
+
+    @property
+    def exit(self) -> str:
+        """The node of the patched graph holding this segment's full output."""
+        return f"{self.windows[-1].name}.patch{len(self.regions) - 1}"
+
+    def apply(self, graph: Graph, stream_input: bool = False) -> Graph:
+        return patched_graph(graph, self.input, list(self.windows), list(self.regions),
+                             stream_input)
+
+
+@dataclass(frozen=True)
+class PatchPlan:
+    """A chosen patch plan and its figures (bytes from the memory model): one or more
+    segments, each starting where the one before ends."""
+
+    segments: tuple[Segment, ...]
     stream_input: bool                    # the objective: input streamed per patch or resident
     peak_unpatched: int
     peak_full_input: int                  # patched, the whole input resident from the start
     peak_streamed: int                    # patched, the input arriving patch by patch
     extra_macs: int
     extra_macs_fraction: float            # of the whole network's MACs
-    prefix_overhead: float                # of the prefix's MACs
+    prefix_overhead: float                # of the patched layers' MACs
     order: tuple[str, ...]                # the schedule of the objective's patched graph
     seconds: float
     schedule: ScheduleResult = dataclasses.field(compare=False, repr=False, default=None)
 
+    @property
+    def input(self) -> str:
+        """The graph input the first segment reads."""
+        return self.segments[0].input
+
+    @property
+    def layers(self) -> tuple[str, ...]:
+        """Every patched layer, first to last."""
+        return tuple(n for seg in self.segments for n in seg.layers)
+
+    @property
+    def windows(self) -> tuple[Window, ...]:
+        return tuple(w for seg in self.segments for w in seg.windows)
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """The first segment's grid (the one that reads the input)."""
+        return self.segments[0].grid
+
+    @property
+    def regions(self) -> tuple[tuple[LayerRegion, ...], ...]:
+        """The first segment's regions."""
+        return self.segments[0].regions
+
     def graph(self, graph: Graph, stream_input: bool | None = None) -> Graph:
         """The patched ``graph`` this plan was made for (the objective's, by default)."""
         streamed = self.stream_input if stream_input is None else stream_input
-        return patched_graph(graph, self.input, list(self.windows), list(self.regions),
-                             streamed)
+        for k, seg in enumerate(self.segments):
+            graph = seg.apply(graph, streamed and k == 0)
+        return graph
 
     @property
     def peak_bytes(self) -> int:
@@ -479,80 +526,142 @@ def without_inplace(graph: Graph) -> Graph:
                  graph.outputs, graph.name)
 
 
-def plan_patches(graph: Graph, *, max_overhead: float = 0.2, stream_input: bool = False,
-                 method: str = "serenity", inplace: bool = True, grid_max: int = GRID_MAX,
-                 time_limit: float | Deadline | None = 120.0, ops=None) -> PatchPlan | None:
-    """The patch plan with the lowest whole-network peak (module docstring), or None when
-    none is below the unpatched peak or within ``max_overhead`` extra MACs (a fraction of the
-    network's MACs). ``stream_input`` picks the objective; both figures are reported.
-    Scheduling always runs the memory model with in-place execution (the output chain's
-    aliases are what writing a patch into the full output means); ``inplace=False`` drops
-    the network's own in-place flags (RiP workspaces, aliases) first, for both the unpatched
-    and the patched figures. ``ops``: as for :func:`prefix_chain`."""
-    t0 = time.perf_counter()
-    deadline = Deadline.of(time_limit)
-    graph = graph if inplace else without_inplace(graph)
-    input_name, chain = prefix_chain(graph, ops)
+def _grids(window: Window, grid_max: int) -> list[tuple[int, int]]:
+    """The grids tried for a prefix ending in ``window``, fewest patches first."""
+    grids = [(n, m) for n in range(1, min(grid_max, window.out_hw[0]) + 1)
+             for m in range(1, min(grid_max, window.out_hw[1]) + 1) if n * m > 1]
+    return sorted(grids, key=lambda g: (g[0] * g[1], abs(g[0] - g[1])))
+
+
+def _score(steps) -> tuple[int, int]:
+    """What the search minimises: the peak, then how many steps reach it (a plateau of equal
+    peaks is lowered one segment at a time)."""
+    peak = max(steps)
+    return peak, sum(1 for b in steps if b == peak)
+
+
+def _best_segment(graph: Graph, start: str | None, streamed: bool, budget: float,
+                  total_macs: int, method: str, grid_max: int, deadline: Deadline, ops,
+                  current: ScheduleResult):
+    """The segment from ``start`` (None: the graph input) whose patched graph scores best,
+    with its schedule and patched graph; None when no grid fits the MAC ``budget``."""
+    input_name, chain = prefix_chain(graph, ops, start)
     if not chain:
         return None
-    base = schedule(graph, method, time_limit=deadline.share(0.2))
-    base_order = list(base.order)
-    base_steps = simulate(graph, base_order).step_bytes
-    total_macs = network_macs(graph)
-    best: tuple | None = None       # (peak, prefix length, grid, schedule)
+    order = list(current.order)
+    steps = simulate(graph, order).step_bytes
     lengths = cuts(graph, input_name, chain)
+    best = None             # (score, segment, schedule, patched graph)
     for n_cut, k in enumerate(lengths):
         windows = chain[:k]
-        last = windows[-1]
-        grids = [(n, m) for n in range(1, min(grid_max, last.out_hw[0]) + 1)
-                 for m in range(1, min(grid_max, last.out_hw[1]) + 1) if n * m > 1]
-        grids.sort(key=lambda g: (g[0] * g[1], abs(g[0] - g[1])))
+        grids = _grids(windows[-1], grid_max)
         unpatched_macs = prefix_macs(windows)
-        best_k: tuple | None = None
+        best_k = None
         for n_grid, grid in enumerate(grids):
             if deadline.expired():
                 break
             regions = patch_regions(windows, grid)
             extra = prefix_macs(windows, regions) - unpatched_macs
-            if extra > max_overhead * total_macs:
+            if extra > budget:
                 continue
-            g = patched_graph(graph, input_name, windows, regions, stream_input)
+            segment = Segment(input_name, tuple(windows), tuple(grid), tuple(regions), extra)
+            g = segment.apply(graph, streamed)
             share = 1.0 / max(1, (len(lengths) - n_cut) * (len(grids) - n_grid))
             res = schedule(g, method, time_limit=deadline.share(share))
-            if best_k is None or res.peak_bytes < best_k[0]:
-                best_k = (res.peak_bytes, k, grid, res)
+            score = _score(simulate(g, res.order).step_bytes)
+            if best_k is None or score < best_k[0]:
+                best_k = (score, segment, res, g)
         if best_k is not None and (best is None or best_k[0] < best[0]):
             best = best_k
         if best_k is None or deadline.expired():
             break
-        position = base_order.index(last.name)
-        if best[0] < base.peak_bytes and max(base_steps[position + 1:], default=0) < best[0]:
+        # from here on the peak is no longer in what is left unpatched: a longer prefix
+        # only adds halo
+        position = order.index(windows[-1].name)
+        if best[0][0] < max(steps) and max(steps[position + 1:], default=0) < best[0][0]:
+            break
+    return best
+
+
+def plan_patches(graph: Graph, *, max_overhead: float = 0.2, stream_input: bool = False,
+                 method: str = "serenity", inplace: bool = True, grid_max: int = GRID_MAX,
+                 time_limit: float | Deadline | None = 120.0, ops=None,
+                 max_segments: int = 4) -> PatchPlan | None:
+    """The patch plan with the lowest whole-network peak (module docstring), or None when
+    none is below the unpatched peak or within ``max_overhead`` extra MACs (a fraction of the
+    network's MACs, all segments together). ``stream_input`` picks the objective; both
+    figures are reported. Scheduling always runs the memory model with in-place execution
+    (the output chain's aliases are what writing a patch into the full output means);
+    ``inplace=False`` drops the network's own in-place flags (RiP workspaces, aliases)
+    first, for both the unpatched and the patched figures. ``ops``: as for
+    :func:`prefix_chain`. Up to ``max_segments`` segments, each from the output of the one
+    before, while each lowers the score (the peak, then how many steps reach it)."""
+    t0 = time.perf_counter()
+    deadline = Deadline.of(time_limit)
+    graph = graph if inplace else without_inplace(graph)
+    if not prefix_chain(graph, ops)[1]:
+        return None
+    base = schedule(graph, method, time_limit=deadline.share(0.2))
+    total_macs = network_macs(graph)
+    budget = max_overhead * total_macs
+    current, current_graph, segments = base, graph, []
+    score = _score(simulate(graph, base.order).step_bytes)
+    best = None             # (peak, number of segments, schedule)
+    for n in range(max_segments):
+        start = segments[-1].exit if segments else None
+        found = _best_segment(current_graph, start, stream_input and n == 0, budget,
+                              total_macs, method, grid_max,
+                              deadline.share(0.6 if n == 0 else 0.5), ops, current)
+        if found is None or found[0] >= score:
+            break
+        score, segment, current, current_graph = found
+        segments.append(segment)
+        budget -= segment.extra_macs
+        if best is None or score[0] < best[0]:
+            best = (score[0], len(segments), current)
+        if deadline.expired():
             break
     if best is None or best[0] >= base.peak_bytes:
         return None
-    return plan_for(graph, best[1], best[2], stream_input=stream_input, method=method,
-                    inplace=inplace, time_limit=max(1.0, deadline.remaining()), ops=ops,
-                    peak_unpatched=base.peak_bytes, objective=best[3], started=t0)
+    return _priced(graph, tuple(segments[:best[1]]), stream_input, method,
+                   Deadline.of(max(1.0, deadline.remaining())), base.peak_bytes, best[2], t0)
 
 
-def plan_for(graph: Graph, prefix_length: int, grid: tuple[int, int], *,
-             stream_input: bool = False, method: str = "serenity", inplace: bool = True,
-             time_limit: float | Deadline | None = 60.0, peak_unpatched: int | None = None,
-             objective: ScheduleResult | None = None, started: float | None = None,
-             ops=None) -> PatchPlan:
+def plan_for(graph: Graph, prefix_length, grid, *, stream_input: bool = False,
+             method: str = "serenity", inplace: bool = True,
+             time_limit: float | Deadline | None = 60.0, ops=None) -> PatchPlan:
     """The plan patching the first ``prefix_length`` layers of :func:`prefix_chain` with
-    ``grid``, both patched graphs (input resident, streamed) ordered by ``method``
-    (``objective``: the schedule already found for the ``stream_input`` one)."""
-    t0 = time.perf_counter() if started is None else started
+    ``grid``, both patched graphs (input resident, streamed) ordered by ``method``. Lists of
+    lengths and grids give several segments, each from the output of the one before."""
+    t0 = time.perf_counter()
     deadline = Deadline.of(time_limit)
     graph = graph if inplace else without_inplace(graph)
-    input_name, chain = prefix_chain(graph, ops)
+    lengths = [prefix_length] if isinstance(prefix_length, int) else list(prefix_length)
+    grids = [tuple(grid)] if grid and isinstance(grid[0], int) else [tuple(g) for g in grid]
+    if len(lengths) != len(grids) or not lengths:
+        raise PatchError(f"{len(lengths)} prefix lengths for {len(grids)} grids: one grid per "
+                         "segment")
+    segments, g = [], graph
+    for n, (k, grid) in enumerate(zip(lengths, grids)):
+        segments.append(_segment(g, segments[-1].exit if segments else None, k, grid, ops))
+        g = segments[-1].apply(g, stream_input and n == 0)
+    peak_unpatched = schedule(graph, method, time_limit=deadline.share(0.3)).peak_bytes
+    return _priced(graph, tuple(segments), stream_input, method, deadline, peak_unpatched,
+                   None, t0)
+
+
+def _segment(graph: Graph, start: str | None, prefix_length: int, grid, ops) -> Segment:
+    """The segment of the first ``prefix_length`` layers from ``start`` in ``grid``, after
+    checking it is one (one line naming the layer otherwise)."""
+    input_name, chain = prefix_chain(graph, ops, start)
     if not input_name:
         raise PatchError(f"graph '{graph.name}' has {len(graph.input_names)} inputs; a patch "
                          "plan starts from a single input")
+    where = f"graph '{graph.name}'" if start is None else f"after '{start}'"
     if not 1 <= prefix_length <= len(chain):
-        raise PatchError(f"graph '{graph.name}': prefix length {prefix_length} is not within "
-                         f"the {len(chain)} window layers chained from its input")
+        raise PatchError(f"{where}: prefix length {prefix_length} is not within the "
+                         f"{len(chain)} window layers chained from "
+                         f"{'its input' if start is None else 'there'}")
     if prefix_length not in cuts(graph, input_name, chain):
         inside = {v.name for v in chain[:prefix_length]}
         leaving = [w.name for w in chain[:prefix_length - 1] if w.name in graph.outputs
@@ -562,26 +671,36 @@ def plan_for(graph: Graph, prefix_length: int, grid: tuple[int, int], *,
                          f"after it (possible lengths: "
                          f"{', '.join(map(str, cuts(graph, input_name, chain)))})")
     windows = chain[:prefix_length]
-    if not (1 <= grid[0] <= windows[-1].out_hw[0] and 1 <= grid[1] <= windows[-1].out_hw[1]):
-        raise PatchError(f"layer '{windows[-1].name}': grid {grid[0]}x{grid[1]} does not fit "
-                         f"its {windows[-1].out_hw[0]}x{windows[-1].out_hw[1]} output")
-    if peak_unpatched is None:
-        peak_unpatched = schedule(graph, method, time_limit=deadline.share(0.3)).peak_bytes
+    if len(grid) != 2 or not (1 <= grid[0] <= windows[-1].out_hw[0]
+                              and 1 <= grid[1] <= windows[-1].out_hw[1]):
+        raise PatchError(f"layer '{windows[-1].name}': grid "
+                         f"{'x'.join(map(str, grid))} does not fit its "
+                         f"{windows[-1].out_hw[0]}x{windows[-1].out_hw[1]} output")
     regions = patch_regions(windows, grid)
+    extra = prefix_macs(windows, regions) - prefix_macs(windows)
+    return Segment(input_name, tuple(windows), tuple(grid), tuple(regions), extra)
+
+
+def _priced(graph: Graph, segments: tuple[Segment, ...], stream_input: bool, method: str,
+            deadline: Deadline, peak_unpatched: int, objective: ScheduleResult | None,
+            started: float) -> PatchPlan:
+    """The plan of ``segments`` with both peaks (input resident, streamed), each patched
+    graph ordered by ``method`` (``objective``: the schedule already found for the
+    ``stream_input`` one)."""
     results = {} if objective is None else {stream_input: objective}
     for streamed in (stream_input, not stream_input):
-        if streamed in results:
-            continue
-        g = patched_graph(graph, input_name, windows, regions, streamed)
-        results[streamed] = schedule(g, method, time_limit=deadline.share(0.5))
-    extra = prefix_macs(windows, regions) - prefix_macs(windows)
+        if streamed not in results:
+            g = graph
+            for k, seg in enumerate(segments):
+                g = seg.apply(g, streamed and k == 0)
+            results[streamed] = schedule(g, method, time_limit=deadline.share(0.5))
+    extra = sum(seg.extra_macs for seg in segments)
     total = network_macs(graph)
-    return PatchPlan(input_name, tuple(w.name for w in windows), tuple(windows), tuple(grid),
-                     tuple(regions), stream_input, peak_unpatched, results[False].peak_bytes,
+    patched = sum(prefix_macs(list(seg.windows)) for seg in segments)
+    return PatchPlan(segments, stream_input, peak_unpatched, results[False].peak_bytes,
                      results[True].peak_bytes, extra, extra / total if total else 0.0,
-                     extra / prefix_macs(windows) if prefix_macs(windows) else 0.0,
-                     tuple(results[stream_input].order), time.perf_counter() - t0,
-                     results[stream_input])
+                     extra / patched if patched else 0.0, tuple(results[stream_input].order),
+                     time.perf_counter() - started, results[stream_input])
 
 
 # ------------------------------------------------------------------- numpy execution
@@ -637,28 +756,30 @@ def run_patched(model: TFLiteModel, plan: PatchPlan, inputs) -> list[np.ndarray]
     if len(model.inputs) != 1:
         raise PatchError(f"{model.source}: a patch plan needs a model with one input, this "
                          f"one has {len(model.inputs)}")
-    last = model.operator(plan.windows[-1].tflite_index)
-    x_full = values[model.inputs[0]]
-    y_tensor = tensors[last.outputs[0]]
-    y = np.zeros(y_tensor.shape, dtype=y_tensor.dtype)
-    for patch in plan.regions:
-        # layer -> (its patch's values, the first row and column they hold)
-        held = {plan.input: (x_full, 0, 0)}
-        for w, region in zip(plan.windows, patch):
-            xs = []
-            for src in w.inputs:
-                a, r0, c0 = held[src]
-                xs.append(a[:, region.in_rows[0] - r0:region.in_rows[1] - r0,
-                            region.in_cols[0] - c0:region.in_cols[1] - c0])
-            x = _layer_on_region(model, kernels, w, region, xs)
-            want = (1, region.out_rows[1] - region.out_rows[0],
-                    region.out_cols[1] - region.out_cols[0])
-            if x.shape[:3] != want:
-                raise PatchError(f"layer '{w.name}': patch output {list(x.shape)} is not the "
-                                 f"region {list(want)}")
-            held[w.name] = (x, region.out_rows[0], region.out_cols[0])
-        y[:, slice(*patch[-1].out_rows), slice(*patch[-1].out_cols)] = x
-    values[last.outputs[0]] = y
+    source = model.inputs[0]          # the tensor the segment reads
+    for seg in plan.segments:
+        last = model.operator(seg.windows[-1].tflite_index)
+        y_tensor = tensors[last.outputs[0]]
+        y = np.zeros(y_tensor.shape, dtype=y_tensor.dtype)
+        for patch in seg.regions:
+            # layer -> (its patch's values, the first row and column they hold)
+            held = {seg.input: (values[source], 0, 0)}
+            for w, region in zip(seg.windows, patch):
+                xs = []
+                for src in w.inputs:
+                    a, r0, c0 = held[src]
+                    xs.append(a[:, region.in_rows[0] - r0:region.in_rows[1] - r0,
+                                region.in_cols[0] - c0:region.in_cols[1] - c0])
+                x = _layer_on_region(model, kernels, w, region, xs)
+                want = (1, region.out_rows[1] - region.out_rows[0],
+                        region.out_cols[1] - region.out_cols[0])
+                if x.shape[:3] != want:
+                    raise PatchError(f"layer '{w.name}': patch output {list(x.shape)} is not "
+                                     f"the region {list(want)}")
+                held[w.name] = (x, region.out_rows[0], region.out_cols[0])
+            y[:, slice(*patch[-1].out_rows), slice(*patch[-1].out_cols)] = x
+        values[last.outputs[0]] = y
+        source = last.outputs[0]
     skipped = _prefix_ops(model, {w.tflite_index for w in plan.windows})
     for op, kernel in zip(model.operators, interp._kernels):
         if op.index in skipped:
