@@ -40,7 +40,6 @@ import numpy as np
 
 from benchmarks._markdown import SHARED_MODELS, publish, table
 from benchmarks.mlperf_bench import build, fits, tflm_outputs
-from tvm_serenity import micro
 from tvm_serenity.deploy import compile_tflite, run
 from tvm_serenity.frontend import parse_tflite, tflite_to_graph
 from tvm_serenity.frontend.interpreters import model_inputs

@@ -80,8 +80,8 @@ def test_forced_plans_of_a_mixed_cnn_are_bit_exact_on_host(tmp_path, layers, gri
 
 
 @needs_cc
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.tuples(st.integers(6, 18), st.integers(6, 18)), st.integers(1, 3),
        st.lists(C_LAYER, min_size=1, max_size=4), st.integers(0, 2 ** 16), st.booleans(),
        st.data())
@@ -114,8 +114,8 @@ def test_residual_blocks_patched_are_bit_exact_on_host(tmp_path, layers, grid, r
 
 
 @needs_cc
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.integers(8, 16), st.integers(1, 3), st.integers(1, 3), st.sampled_from([1, 2]),
        st.sampled_from([(3, 3), (5, 5), (1, 3)]), st.sampled_from([(1, 1), (2, 2)]),
        st.integers(0, 2 ** 16), st.data())

@@ -14,7 +14,9 @@ The loops are identical in both layouts, only base addresses differ, so RiP cost
 run time.  In the dual layout a window kernel may also read its input out of, or write its
 output rows into, a wider tensor (``spec.input_row_pitch`` / ``output_row_pitch``: elements
 from one row to the next, a patch of :mod:`tvm_serenity.rewrite.patch`); only the row
-strides of the indices change.  The kernels are shaped for the Cortex-M0+ (Pico) and GCC: no 64-bit arithmetic, no
+strides of the indices change.
+
+The kernels are shaped for the Cortex-M0+ (Pico) and GCC: no 64-bit arithmetic, no
 division or data-dependent branch in the arithmetic, 32-bit loads with immediate offsets, and
 inner loops whose live values (nearly) fit the eight low registers.  The multiply-accumulate
 loops are not unrolled: on Thumb-1, GCC's scheduler spills the accumulators of an unrolled

@@ -82,10 +82,10 @@ from ..schedule import Deadline, ScheduleResult, schedule
 from ..frontend import reference
 from ..frontend.tflite_model import TFLiteModel
 
-__all__ = ["PatchError", "Window", "LayerRegion", "Segment", "PatchPlan", "window_of", "prefix_chain",
-           "cuts", "split_extent", "input_range", "patch_regions", "source_region",
-           "prefix_macs", "network_macs", "patched_graph", "why_no_plan", "without_inplace",
-           "plan_patches", "plan_for", "run_patched", "GRID_MAX"]
+__all__ = ["PatchError", "Window", "LayerRegion", "Segment", "PatchPlan", "window_of",
+           "prefix_chain", "cuts", "split_extent", "input_range", "patch_regions",
+           "source_region", "prefix_macs", "network_macs", "patched_graph", "why_no_plan",
+           "without_inplace", "plan_patches", "plan_for", "run_patched", "GRID_MAX"]
 
 GRID_MAX = 8
 _CONVS = ("conv2d", "depthwise_conv2d")
