@@ -116,7 +116,8 @@ def _plan_cells(row: dict) -> list:
     p = row["compiled"].patch
     if p is None:
         return ["no gain", "", ""]
-    return [f"{len(p.layers)} ({p.layers[-1]})", f"{p.grid[0]}x{p.grid[1]}",
+    return [f"{len(p.layers)} ({p.layers[-1]})",
+            " + ".join(f"{seg.grid[0]}x{seg.grid[1]}" for seg in p.segments),
             f"{100 * p.extra_macs_fraction:.1f}%"]
 
 
@@ -167,8 +168,8 @@ def mobilenet_v2_224(time_limit: float) -> list:
     plans = [plan_patches(graph, stream_input=s, time_limit=time_limit) for s in (True, False)]
     streamed = plans[0].peak_streamed if plans[0] else ours
     resident = plans[1].peak_full_input if plans[1] else ours
-    grids = "; ".join(f"{kind}: {p.grid[0]}x{p.grid[1]} over {len(p.layers)} layers, "
-                      f"+{100 * p.extra_macs_fraction:.1f}% MACs"
+    grids = "; ".join(f"{kind}: {' + '.join(f'{g.grid[0]}x{g.grid[1]}' for g in p.segments)}"
+                      f" over {len(p.layers)} layers, +{100 * p.extra_macs_fraction:.1f}% MACs"
                       for kind, p in zip(("streamed", "resident"), plans) if p is not None)
     return [f"{PAPER[0]:,} -> {PAPER[1]:,} KiB", f"{tflite_order / 1024:,.0f} KiB",
             f"{ours / 1024:,.0f} KiB", f"{streamed / 1024:,.0f} KiB",
@@ -217,7 +218,9 @@ def main(argv=None) -> None:
         "reserve, runtime) against 270,336 B; cycles on rp2040js with one random input; "
         "bit-exact: all outputs equal TensorFlow Lite Micro's interpreter byte for byte. "
         "`(zoo)`: an MCUNet config of `../shared/models/mcunet` written as int8 `.tflite` "
-        "with seeded random weights.", "",
+        "with seeded random weights. grid: one per segment (`a + b`: a second segment "
+        "patches on from the full output the first wrote). x cycles is n/a where the "
+        "unpatched build does not fit the Pico and so cannot run.", "",
         table(HEAD, rows), "",
         f"Models that fit the Pico: unpatched {fitting[0]}, patched with the input resident "
         f"{fitting[1]}, patched with the input streamed {fitting[2]} of {len(rows)}.", "",

@@ -168,7 +168,7 @@ def _add_compile(sub) -> None:
     p.add_argument("--patch", action="store_true",
                    help="patch-based execution of the first layers (MCUNetV2-style) where it "
                         "lowers the peak (bit-exact; MCU targets only; default: off)")
-    p.add_argument("--patch-overhead", type=float, default=0.2, metavar="FRACTION",
+    p.add_argument("--patch-overhead", type=float, metavar="FRACTION",
                    help="with --patch: the extra MACs a plan may cost, a fraction of the "
                         "network's (default: 0.2)")
     p.add_argument("--patch-grid", metavar="ROWSxCOLS",
@@ -211,7 +211,7 @@ def _cmd_compile(args) -> int:
     model = _model_file(args.model)
     _check_seconds("--time-limit", args.time_limit)
     patching = args.patch or args.patch_grid is not None or args.patch_layers is not None \
-        or args.patch_overhead != 0.2 or args.stream_input
+        or args.patch_overhead is not None or args.stream_input
     if args.target == LLVM_TARGET and patching:
         raise SerenityError("--patch is for the MCU targets (pico, pico2, host), not llvm")
     layers, grid = _patch_plan(args.patch_layers, args.patch_grid)
@@ -236,7 +236,8 @@ def _cmd_compile(args) -> int:
                                  rewrite=args.rewrite,
                                  time_limit=args.time_limit, force=args.force,
                                  int8_core=args.int8_core, patch=args.patch,
-                                 patch_overhead=args.patch_overhead,
+                                 **({} if args.patch_overhead is None
+                                    else {"patch_overhead": args.patch_overhead}),
                                  patch_layers=layers, patch_grid=grid,
                                  stream_input=args.stream_input)
     from .report import write_compiled_report
