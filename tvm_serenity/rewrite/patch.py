@@ -232,7 +232,7 @@ def window_of(graph: Graph, name: str) -> Window | None:
     node = graph[name]
     a = node.attrs
     if node.shape is None or len(node.shape) != 4 or node.shape[0] != 1 \
-            or "tflite_index" not in a or "patch" in a:
+            or "tflite_index" not in a or "patch" in a or "rewrite" in a:
         return None
     out_hw = _hw(node.shape)
     pixel = node.bytes // (out_hw[0] * out_hw[1]) if out_hw[0] * out_hw[1] else 0
@@ -609,6 +609,11 @@ def plan_patches(graph: Graph, *, max_overhead: float = 0.2, stream_input: bool 
     best = None             # (peak, number of segments, schedule)
     for n in range(max_segments):
         start = segments[-1].exit if segments else None
+        if start is not None:       # a later segment can only lower steps after this one
+            steps = simulate(current_graph, current.order).step_bytes
+            after = list(current.order).index(start) + 1
+            if max(steps[after:], default=0) < score[0]:
+                break
         found = _best_segment(current_graph, start, stream_input and n == 0, budget,
                               total_macs, method, grid_max,
                               deadline.share(0.6 if n == 0 else 0.5), ops, current)
