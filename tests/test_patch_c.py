@@ -24,7 +24,8 @@ from tvm_serenity.frontend import ModelBuilder, parse_tflite, tflite_to_graph
 from tvm_serenity.frontend.builder import tflite_bytes
 from tvm_serenity.memory import simulate
 from tvm_serenity.report import write_compiled_report
-from tvm_serenity.rewrite.patch import PatchError, cuts, prefix_chain
+from tvm_serenity.rewrite.patch import (PatchError, cuts, patch_regions, patched_graph,
+                                        prefix_chain)
 
 MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
 # the MCU's depthwise kernels have depth multiplier 1 (with or without patches)
@@ -125,13 +126,22 @@ def test_random_residual_stages_bit_exact_on_host(tmp_path_factory, hw, cin, blo
         [inverted_residual(3, expand, kernel, dilation) for _ in range(blocks)]
     model = build_cnn((hw, hw + 1), cin, layers, seed=seed)
     graph = tflite_to_graph(model, fold_pad=True)
-    name, chain = prefix_chain(graph)
-    k = data.draw(st.sampled_from(cuts(graph, name, chain)))
-    oh, ow = chain[k - 1].out_hw
-    grid = (data.draw(st.integers(1, min(oh, 4))), data.draw(st.integers(1, min(ow, 4))))
+    lengths, grids, start = [], [], None
+    for _ in range(data.draw(st.integers(1, 2))):      # one or two segments
+        name, chain = prefix_chain(graph, start=start)
+        possible = cuts(graph, name, chain)
+        if not possible:
+            break
+        k = data.draw(st.sampled_from(possible))
+        oh, ow = chain[k - 1].out_hw
+        grid = (data.draw(st.integers(1, min(oh, 4))), data.draw(st.integers(1, min(ow, 4))))
+        lengths.append(k)
+        grids.append(grid)
+        graph = patched_graph(graph, name, chain[:k], patch_regions(chain[:k], grid))
+        start = f"{chain[k - 1].name}.patch{grid[0] * grid[1] - 1}"
     tmp = tmp_path_factory.mktemp("res")
-    _compile_and_check(_write(model, tmp), tmp / "out", patch=True, patch_layers=k,
-                       patch_grid=grid, seed=seed)
+    _compile_and_check(_write(model, tmp), tmp / "out", patch=True, patch_layers=lengths,
+                       patch_grid=grids, seed=seed)
 
 
 @needs_cc
