@@ -316,6 +316,10 @@ def test_a_model_with_two_inputs_has_nothing_to_patch_and_says_why(tmp_path):
     assert "patches: none (the model has 2 inputs; a patch plan starts from one)" \
         in compiled.summary()
     assert load_plan(tmp_path / "out")["patch"]["why"].startswith("the model has 2 inputs")
+    streamed = compile_tflite(path, "host", tmp_path / "streamed", patch=True,
+                              stream_input=True, build=False)
+    assert "starts from one); the input stays in the arena" in streamed.summary()
+    assert not any(t.streamed for t in streamed.emitted.inputs)
     with pytest.raises(PatchError, match="has 2 inputs; a patch plan starts from a single"):
         compile_tflite(path, "host", tmp_path / "forced", patch=True, patch_layers=1,
                        patch_grid=(2, 2), build=False)

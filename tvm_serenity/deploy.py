@@ -149,6 +149,7 @@ class CompiledModel:
     patch_requested: bool = False
     unpatched_order: tuple[str, ...] = ()   # with a patch plan: the order before it
     patch_refusal: str = ""               # why there was nothing to patch (patch=True)
+    stream_input: bool = False            # requested: the input read patch by patch
 
     @property
     def model_dir(self) -> Path:
@@ -226,7 +227,8 @@ class CompiledModel:
         p = self.patch
         if p is None:
             why = self.patch_refusal or "no plan lowers the peak within the MAC overhead allowed"
-            return f"patches: none ({why})"
+            kept = "; the input stays in the arena" if self.stream_input else ""
+            return f"patches: none ({why}){kept}"
         streamed = (f"{p.peak_streamed:,} B with the input streamed (this build), "
                     f"{p.peak_full_input:,} B with it resident") if p.stream_input else \
             (f"{p.peak_full_input:,} B ({p.peak_streamed:,} B with the input streamed patch "
@@ -581,7 +583,7 @@ def _compile(front_end, source: Path, target: str, out_dir, marker: dict, *, for
                                input_data=data, stack_reserve=stack_reserve)
         compiled = CompiledModel(out, source, target, rip, core, graph, order, plan, emitted,
                                  None, rewritten, source_graph, int8_core, relaxed, relax_entry,
-                                 patch_plan, patch, unpatched_order, refusal)
+                                 patch_plan, patch, unpatched_order, refusal, stream_input)
         graph.save(tmp / GRAPH_FILE)
         if source_graph is not None:
             source_graph.save(tmp / SOURCE_GRAPH_FILE)
