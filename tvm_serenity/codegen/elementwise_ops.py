@@ -11,8 +11,8 @@ constants baked in (loop bounds, strides, zero points, multipliers); no loop div
 float QUANTIZE's float32 division by the scale is the operator's own arithmetic).
 ``<op>_kernel`` refuses what the kernel cannot do (a :class:`~.spec.CodegenError` naming it)
 and returns the :class:`.ops.OpKernel` the graph emitter calls, whose ``source`` is the
-PrimFunc lowered by :func:`.plain_c.emit_c_function` as ``static void name(...)`` with the
-parameters below. The C needs ``<stdint.h>`` and, for the float edges, ``<string.h>``
+PrimFunc (built by :func:`.kernels.prim_func`) lowered by :func:`.plain_c.op_kernel` as
+``static void name(...)`` with the parameters below. The C needs ``<stdint.h>`` and, for the float edges, ``<string.h>``
 (``memcpy``); it calls no helper.
 
 Buffer parameters, in this order (``elements``-long int8 unless stated):
@@ -100,15 +100,14 @@ import math
 import numpy as np
 import tvm
 from tvm import tirx
-from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from .kernels import (_cast, _extern, _if_else, _let, _local, _loop, _store, _store_clamped,
-                      _u32, requantize)
+                      _u32, prim_func, requantize)
 from .kernels import _size as _bytes
 from .ops import (_RECIPROCAL_32_17, _RECIPROCAL_48_17, SOFTMAX_ACCUMULATION_BITS, OpKernel,
                   _broadcast_strides, _check_int8, _check_requant, _pad4, _plus, _strides)
-from .plain_c import emit_c_function
+from .plain_c import op_kernel
 from .spec import INT8_MAX, INT8_MIN, CodegenError
 
 __all__ = ["requantize_prim_func", "requantize_kernel", "clamp_prim_func", "clamp_kernel",
@@ -120,23 +119,6 @@ INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 
 # ------------------------------------------------------------------ building blocks
-def _prim_func(symbol: str, params, emit) -> tirx.PrimFunc:
-    """A PrimFunc ``symbol`` with flat buffer parameters ``params`` (``(name, elements,
-    dtype)``, in ABI order) whose body is ``emit(buffers)`` (``buffers`` by name)."""
-    with IRBuilder() as builder:
-        with T.prim_func():
-            T.func_name(symbol)
-            buffers = {name: T.arg(name, T.Buffer((elements,), dtype))
-                       for name, elements, dtype in params}
-            emit(buffers)
-    return builder.get().with_attr("global_symbol", symbol)
-
-
-def _source(func: tirx.PrimFunc, name: str, comment: str, const) -> str:
-    """``/* comment */`` and ``func`` lowered to plain C as ``static void name(...)``."""
-    return f"/* {comment} (TIR) */\n" + emit_c_function(func, name, const=const)
-
-
 def _i32(value):
     return _cast("int32", value)
 
@@ -163,11 +145,11 @@ def requantize_prim_func(elements: int, input_zero_point: int, multiplier: int, 
                          output_zero_point: int, act_min: int = INT8_MIN,
                          act_max: int = INT8_MAX, symbol: str = "requantize") -> tirx.PrimFunc:
     """``output[i] = clamp(requantize(input[i] - zp_in, m, s) + zp_out, act_min, act_max)``."""
-    def emit(b):
+    def emit(x, y):
         with _loop("i", elements) as i:
-            value = requantize(_i32(b["input"][i]) - input_zero_point, multiplier, shift)
-            _store_clamped(b["output"], i, value + output_zero_point, act_min, act_max)
-    return _prim_func(symbol, [("input", elements, "int8"), ("output", elements, "int8")],
+            value = requantize(_i32(x[i]) - input_zero_point, multiplier, shift)
+            _store_clamped(y, i, value + output_zero_point, act_min, act_max)
+    return prim_func(symbol, [("input", elements, "int8"), ("output", elements, "int8")],
                       emit)
 
 
@@ -180,17 +162,17 @@ def requantize_kernel(name: str, elements: int, input_zero_point: int, multiplie
     _check_requant(name, multiplier, shift)
     func = requantize_prim_func(elements, input_zero_point, multiplier, shift,
                                 output_zero_point, act_min, act_max, name)
-    return OpKernel(name, _source(func, name, f"{what}: {elements} elements, requantized, "
-                                  f"clamped to [{act_min}, {act_max}]", ["input"]))
+    return op_kernel(name, f"{what}: {elements} elements, requantized, clamped to "
+                     f"[{act_min}, {act_max}]", func, ["input"])
 
 
 def clamp_prim_func(elements: int, low: int, high: int, symbol: str = "clamp"
                     ) -> tirx.PrimFunc:
     """``output[i] = min(max(input[i], low), high)``."""
-    def emit(b):
+    def emit(x, y):
         with _loop("i", elements) as i:
-            _store_clamped(b["output"], i, _i32(b["input"][i]), low, high)
-    return _prim_func(symbol, [("input", elements, "int8"), ("output", elements, "int8")],
+            _store_clamped(y, i, _i32(x[i]), low, high)
+    return prim_func(symbol, [("input", elements, "int8"), ("output", elements, "int8")],
                       emit)
 
 
@@ -199,16 +181,16 @@ def clamp_kernel(name: str, elements: int, low: int, high: int, what: str = "REL
     input): :func:`clamp_prim_func` as C."""
     _check_int8(name, low, high)
     func = clamp_prim_func(elements, low, high, name)
-    return OpKernel(name, _source(func, name, f"{what} int8: {elements} elements clamped to "
-                                  f"[{low}, {high}]", ["input"]))
+    return op_kernel(name, f"{what} int8: {elements} elements clamped to [{low}, {high}]",
+                     func, ["input"])
 
 
 def lookup_prim_func(elements: int, symbol: str = "lookup") -> tirx.PrimFunc:
     """``output[i] = table[input[i] + 128]``."""
-    def emit(b):
+    def emit(x, y, table):
         with _loop("i", elements) as i:
-            _store(b["output"], i, b["table"][_i32(b["input"][i]) + 128])
-    return _prim_func(symbol, [("input", elements, "int8"), ("output", elements, "int8"),
+            _store(y, i, table[_i32(x[i]) + 128])
+    return prim_func(symbol, [("input", elements, "int8"), ("output", elements, "int8"),
                                ("table", 256, "int8")], emit)
 
 
@@ -218,9 +200,8 @@ def lookup_kernel(name: str, elements: int, what: str) -> OpKernel:
     :func:`lookup_prim_func` as C."""
     _check_elements(name, what, elements)
     func = lookup_prim_func(elements, name)
-    return OpKernel(name, _source(func, name, f"{what}: {elements} elements through a "
-                                  "256-entry table of the reference kernel",
-                                  ["input", "table"]))
+    return op_kernel(name, f"{what}: {elements} elements through a 256-entry table of the "
+                     "reference kernel", func, ["input", "table"])
 
 
 # ------------------------------------------------------------------ MUL, ADD (broadcasting)
@@ -253,12 +234,12 @@ def _binary_prim_func(symbol: str, loops, elements_a: int, elements_b: int, elem
     operand values ``x = input1[...]``, ``y = input2[...]`` (an int8 expression)."""
     elements = int(np.prod([extent for extent, *_ in loops]))
 
-    def emit(b):
+    def emit(first, second, output):
         def nest(depth, out, a, c):
             if depth == len(loops):
-                x = _let("x", _i32(b["input1"][a]))
-                y = _let("y", _i32(b["input2"][c]))
-                element(b["output"], out, x, y)
+                x = _let("x", _i32(first[a]))
+                y = _let("y", _i32(second[c]))
+                element(output, out, x, y)
                 return
             extent, so, sa, sb = loops[depth]
             if extent == 1:
@@ -268,7 +249,7 @@ def _binary_prim_func(symbol: str, loops, elements_a: int, elements_b: int, elem
                 nest(depth + 1, out + v * so, a + v * sa, c + v * sb)
         zero = tirx.const(0, "int32")
         nest(0, zero, zero, zero)
-    return _prim_func(symbol, [("input1", elements_a, "int8"), ("input2", elements_b, "int8"),
+    return prim_func(symbol, [("input1", elements_a, "int8"), ("input2", elements_b, "int8"),
                                ("output", elements, "int8")], emit)
 
 
@@ -298,8 +279,8 @@ def mul_kernel(name: str, shape_a, shape_b, out_shape, zero_a: int, zero_b: int,
     _check_requant(name, multiplier, shift)
     func = mul_prim_func(shape_a, shape_b, out_shape, zero_a, zero_b, multiplier, shift,
                          output_zero_point, act_min, act_max, name)
-    return OpKernel(name, _source(func, name, f"MUL int8: {list(shape_a)} and {list(shape_b)} "
-                                  f"-> {list(out_shape)} (broadcast)", ["input1", "input2"]))
+    return op_kernel(name, f"MUL int8: {list(shape_a)} and {list(shape_b)} -> "
+                     f"{list(out_shape)} (broadcast)", func, ["input1", "input2"])
 
 
 def add_prim_func(shape_a, shape_b, out_shape, zero_a: int, zero_b: int, multiplier_a: int,
@@ -337,8 +318,8 @@ def add_kernel(name: str, shape_a, shape_b, out_shape, zero_a: int, zero_b: int,
     func = add_prim_func(shape_a, shape_b, out_shape, zero_a, zero_b, multiplier_a, shift_a,
                          multiplier_b, shift_b, multiplier, shift, output_zero_point, act_min,
                          act_max, left_shift, name)
-    return OpKernel(name, _source(func, name, f"ADD int8: {list(shape_a)} and {list(shape_b)} "
-                                  f"-> {list(out_shape)} (broadcast)", ["input1", "input2"]))
+    return op_kernel(name, f"ADD int8: {list(shape_a)} and {list(shape_b)} -> "
+                     f"{list(out_shape)} (broadcast)", func, ["input1", "input2"])
 
 
 # ------------------------------------------------------------------ SOFTMAX
@@ -356,8 +337,7 @@ def softmax_prim_func(rows: int, depth: int, valid_from: int, symbol: str = "sof
                       ) -> tirx.PrimFunc:
     """TFLM's int8 SOFTMAX over ``rows`` rows of ``depth`` (module docstring), exactly
     :func:`~tvm_serenity.frontend.reference.softmax_int8` given its tables."""
-    def emit(b):
-        x, y, exps, terms = b["input"], b["output"], b["exps"], b["terms"]
+    def emit(x, y, exps, terms):
         with _loop("r", rows) as r:
             row = _let("row", r * depth)
             state = _local("state", 5)      # max, sum, headroom, reciprocal (Q2.29), step
@@ -398,7 +378,7 @@ def softmax_prim_func(rows: int, depth: int, valid_from: int, symbol: str = "sof
                              output)
                 else:
                     output()
-    return _prim_func(symbol, [("input", rows * depth, "int8"), ("output", rows * depth, "int8"),
+    return prim_func(symbol, [("input", rows * depth, "int8"), ("output", rows * depth, "int8"),
                                ("exps", 256, "int32"), ("terms", 256, "int32")], emit)
 
 
@@ -416,9 +396,8 @@ def softmax_kernel(name: str, rows: int, depth: int, valid_from: int) -> OpKerne
         raise CodegenError(f"{name}: first valid difference index {valid_from} is not in "
                            "[0, 255]")
     func = softmax_prim_func(rows, depth, valid_from, name)
-    return OpKernel(name, _source(func, name, f"SOFTMAX int8: {rows} row(s) of {depth}, output "
-                                  "scale 1/256, zero point -128 (TFLM)",
-                                  ["input", "exps", "terms"]))
+    return op_kernel(name, f"SOFTMAX int8: {rows} row(s) of {depth}, output scale 1/256, "
+                     "zero point -128 (TFLM)", func, ["input", "exps", "terms"])
 
 
 # ------------------------------------------------------------------ float edges
@@ -457,10 +436,10 @@ def float_quantize_prim_func(elements: int, scale: float, zero_point: int,
     """float32 -> int8 QUANTIZE, TFLM's ``AffineQuantize`` (module docstring)."""
     low, high = INT8_MIN - zero_point, INT8_MAX - zero_point     # of the rounded quotient
 
-    def emit(b):
+    def emit(source, output):
         with _loop("i", elements) as i:
             x = _local("x", dtype="float32")
-            _memcpy(x[0], b["input"][4 * i])
+            _memcpy(x[0], source[4 * i])
             v = _let("v", tirx.Div(x[0], float32_const(scale)), "float32")
             v = _let("low_clamped", _select(v >= _f32(low - 1), v, _f32(low - 1)),
                      "float32")                                       # NaN too
@@ -477,8 +456,8 @@ def float_quantize_prim_func(elements: int, scale: float, zero_point: int,
                     with T.If(fraction <= _f32(-0.5)):
                         with T.Then():
                             _store(r, 0, r[0] - 1)
-            _store_clamped(b["output"], i, r[0] + zero_point, INT8_MIN, INT8_MAX)
-    return _prim_func(symbol, [("input", 4 * elements, "int8"), ("output", elements, "int8")],
+            _store_clamped(output, i, r[0] + zero_point, INT8_MIN, INT8_MAX)
+    return prim_func(symbol, [("input", 4 * elements, "int8"), ("output", elements, "int8")],
                       emit)
 
 
@@ -489,22 +468,21 @@ def float_quantize_kernel(name: str, elements: int, scale: float, zero_point: in
     if not np.float32(scale) > 0:
         raise CodegenError(f"{name}: QUANTIZE scale {scale} must be positive")
     func = float_quantize_prim_func(elements, scale, zero_point, name)
-    return OpKernel(name, _source(func, name, f"QUANTIZE float32 -> int8: {elements} elements, "
-                                  f"round(x / {float(np.float32(scale))!r}f) "
-                                  f"{_plus(zero_point)}, clamped (TFLM AffineQuantize)",
-                                  ["input"]))
+    return op_kernel(name, f"QUANTIZE float32 -> int8: {elements} elements, "
+                     f"round(x / {float(np.float32(scale))!r}f) {_plus(zero_point)}, clamped "
+                     "(TFLM AffineQuantize)", func, ["input"])
 
 
 def dequantize_prim_func(elements: int, scale: float, zero_point: int,
                          symbol: str = "dequantize") -> tirx.PrimFunc:
     """int8 -> float32 DEQUANTIZE, TFLM's ``Dequantize`` (module docstring)."""
-    def emit(b):
+    def emit(source, output):
         with _loop("i", elements) as i:
             y = _local("y", dtype="float32")
             _store(y, 0, tirx.Mul(float32_const(scale),
-                                  _cast("float32", _i32(b["input"][i]) - zero_point)))
-            _memcpy(b["output"][4 * i], y[0])
-    return _prim_func(symbol, [("input", elements, "int8"), ("output", 4 * elements, "int8")],
+                                  _cast("float32", _i32(source[i]) - zero_point)))
+            _memcpy(output[4 * i], y[0])
+    return prim_func(symbol, [("input", elements, "int8"), ("output", 4 * elements, "int8")],
                       emit)
 
 
@@ -513,9 +491,9 @@ def dequantize_kernel(name: str, elements: int, scale: float, zero_point: int) -
     :func:`dequantize_prim_func` as C; ``output`` points at ``4 * elements`` bytes."""
     _check_int8(name, zero_point)
     func = dequantize_prim_func(elements, scale, zero_point, name)
-    return OpKernel(name, _source(func, name, f"DEQUANTIZE int8 -> float32: {elements} "
-                                  f"elements, {float(np.float32(scale))!r}f * (q "
-                                  f"{_plus(-zero_point)}) (TFLM Dequantize)", ["input"]))
+    return op_kernel(name, f"DEQUANTIZE int8 -> float32: {elements} elements, "
+                     f"{float(np.float32(scale))!r}f * (q {_plus(-zero_point)}) (TFLM "
+                     "Dequantize)", func, ["input"])
 
 
 def build_llvm(func: tirx.PrimFunc):

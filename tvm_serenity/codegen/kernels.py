@@ -141,6 +141,17 @@ def _size(count: int):
     return tirx.const(count, "uint64")
 
 
+def prim_func(symbol: str, params, emit) -> tirx.PrimFunc:
+    """A PrimFunc ``symbol`` with flat buffer parameters ``params`` (``(name, elements,
+    dtype)``, in ABI order) whose body is ``emit(*buffers)``, the buffers in that order: how
+    every operator kernel of :mod:`.layout_ops` and :mod:`.elementwise_ops` is built."""
+    with IRBuilder() as builder:
+        with T.prim_func():
+            T.func_name(symbol)
+            emit(*[T.arg(name, T.Buffer((elements,), dtype)) for name, elements, dtype in params])
+    return builder.get().with_attr("global_symbol", symbol)
+
+
 def _if_else(condition, then_body, else_body):
     with T.If(condition):
         with T.Then():

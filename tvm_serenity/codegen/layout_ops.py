@@ -1,10 +1,10 @@
 """MEAN, FULLY_CONNECTED and the data-movement operators as TIR: one PrimFunc per kernel, printed
 as the MCU's C and built by TVM for llvm.
 
-Each operator is a TIR PrimFunc built with TVM's IRBuilder (the style of :mod:`.kernels`),
+Each operator is a TIR PrimFunc built with TVM's IRBuilder (:func:`.kernels.prim_func`),
 over flat buffers whose names, element types and order are the kernel's C ABI (below);
 ``<op>_kernel`` refuses what the kernel cannot do (a :class:`~.spec.CodegenError` naming it)
-and lowers the PrimFunc with :func:`.plain_c.emit_c_function` into the :class:`~.ops.OpKernel`
+and lowers the PrimFunc with :func:`.plain_c.op_kernel` into the :class:`~.ops.OpKernel`
 the graph emitter calls (``const`` on the inputs and tables; the scratch it needs). The same
 PrimFunc runs on the host through ``tvm.tirx.build(func, target="llvm")``.
 
@@ -55,13 +55,12 @@ from contextlib import ExitStack, contextmanager
 import numpy as np
 import tvm
 from tvm import tirx
-from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from .kernels import (_cast, _extern, _let, _local, _loop, _size, _store, _store_clamped,
-                      requantize)
+                      prim_func, requantize)
 from .ops import OpKernel, _check_int8, _check_requant, _pad4, _strides
-from .plain_c import emit_c_function
+from .plain_c import op_kernel
 from .spec import CodegenError
 
 __all__ = ["mean_prim_func", "mean_kernel", "fully_connected_prim_func",
@@ -72,24 +71,6 @@ __all__ = ["mean_prim_func", "mean_kernel", "fully_connected_prim_func",
 
 
 # ------------------------------------------------------------------ building blocks
-@contextmanager
-def _prim_func(name: str):
-    """A PrimFunc ``name`` being built; yields its builder."""
-    with IRBuilder() as builder:
-        with T.prim_func():
-            T.func_name(name)
-            yield builder
-
-
-def _built(builder, name: str) -> tirx.PrimFunc:
-    return builder.get().with_attr("global_symbol", name)
-
-
-def _args(*params: tuple[str, int, str]):
-    """Flat buffer parameters ``(name, elements, dtype)`` in order; returns the buffers."""
-    return [T.arg(name, T.Buffer((elements,), dtype)) for name, elements, dtype in params]
-
-
 @contextmanager
 def _nest(names, extents):
     """Loops ``names[k] < extents[k]``, outermost first; yields their indices (the constant 0
@@ -129,15 +110,6 @@ def _copy(dst_buffer, dst, src_buffer, src, count: int, step: int = 1, name: str
             _store(out, j, inp[j * step])
 
 
-def _comment(text: str) -> str:
-    return f"/* {text} */\n"
-
-
-def _kernel(name: str, comment: str, func: tirx.PrimFunc, const, **scratch) -> OpKernel:
-    return OpKernel(name, _comment(comment) + emit_c_function(func, name, const=const),
-                    **scratch)
-
-
 # ------------------------------------------------------------------ MEAN
 def _check_mean(name, outer, reduce, inner, input_zero_point, multiplier, shift,
                 output_zero_point):
@@ -153,9 +125,7 @@ def mean_prim_func(name: str, outer: int, reduce: int, inner: int, input_zero_po
     TFLM's ``QuantizedMeanOrSum`` (mean) over the middle axis (module docstring)."""
     _check_mean(name, outer, reduce, inner, input_zero_point, multiplier, shift,
                 output_zero_point)
-    with _prim_func(name) as builder:
-        x, y, acc = _args(("input", outer * reduce * inner, "int8"),
-                          ("output", outer * inner, "int8"), ("acc", inner, "int32"))
+    def emit(x, y, acc):
         with _nest(["o"], [outer]) as (o,):
             with _nest(["i"], [inner]) as (i,):
                 _store(acc, i, tirx.const(-input_zero_point * reduce, "int32"))
@@ -166,7 +136,8 @@ def mean_prim_func(name: str, outer: int, reduce: int, inner: int, input_zero_po
             with _nest(["i"], [inner]) as (i,):
                 _store_clamped(y, o * inner + i, requantize(acc[i], multiplier, shift)
                                + output_zero_point, -128, 127)
-    return _built(builder, name)
+    return prim_func(name, [("input", outer * reduce * inner, "int8"),
+                            ("output", outer * inner, "int8"), ("acc", inner, "int32")], emit)
 
 
 def mean_kernel(name: str, outer: int, reduce: int, inner: int, input_zero_point: int,
@@ -177,7 +148,7 @@ def mean_kernel(name: str, outer: int, reduce: int, inner: int, input_zero_point
     int32 sums (``scratch32``)."""
     func = mean_prim_func(name, outer, reduce, inner, input_zero_point, multiplier, shift,
                           output_zero_point)
-    return _kernel(name, f"MEAN: {outer} block(s) of {reduce} x {inner} int8 -> {outer} x "
+    return op_kernel(name, f"MEAN: {outer} block(s) of {reduce} x {inner} int8 -> {outer} x "
                    f"{inner}; a block's sums are\n * complete before its outputs are written.",
                    func, ["input"], scratch32=inner)
 
@@ -195,9 +166,8 @@ def fully_connected_prim_func(name: str, rows: int, depth: int, units: int,
     params = [("input", rows * depth, "int8"), ("output", rows * units, "int8"),
               ("weight", units * depth, "int8"), ("bias", units, "int32"),
               ("multiplier", units, "int32"), ("shift", units, "int32")]
-    with _prim_func(name) as builder:
-        x, y, weight, bias, multiplier, shift, *scratch = _args(
-            *params, *([("scratch", depth, "int16")] if gather else []))
+
+    def emit(x, y, weight, bias, multiplier, shift, *scratch):
         acc = _local("acc")
         with _nest(["r"], [rows]) as (r,):
             row = _let("row", r * depth)
@@ -214,7 +184,7 @@ def fully_connected_prim_func(name: str, rows: int, depth: int, units: int,
                     _store(acc, 0, acc[0] + _cast("int32", weight[w_row + d]) * term)
                 _store_clamped(y, r * units + u, requantize(acc[0], multiplier[u], shift[u])
                                + output_zero_point, act_min, act_max)
-    return _built(builder, name)
+    return prim_func(name, params + ([("scratch", depth, "int16")] if gather else []), emit)
 
 
 def fully_connected_kernel(name: str, rows: int, depth: int, units: int, input_zero_point: int,
@@ -228,7 +198,7 @@ def fully_connected_kernel(name: str, rows: int, depth: int, units: int, input_z
                                      output_zero_point, act_min, act_max, gather)
     note = ("each row is gathered into\n * scratch (x - zero point) before its outputs are "
             "written" if gather else "input and output\n * apart (no gather)")
-    return _kernel(name, f"FULLY_CONNECTED: {rows} row(s) of {depth} -> {units} units; {note}.",
+    return op_kernel(name, f"FULLY_CONNECTED: {rows} row(s) of {depth} -> {units} units; {note}.",
                    func, ["input", "weight", "bias", "multiplier", "shift"],
                    scratch16=depth if gather else 0)
 
@@ -251,13 +221,13 @@ def transpose_prim_func(name: str, in_shape, perm) -> tirx.PrimFunc:
     element gathered from ``input`` at constant strides."""
     _, shape4, dims, step = _transpose_geometry(name, in_shape, perm)
     n = int(np.prod(shape4, dtype=np.int64))
-    with _prim_func(name) as builder:
-        x, y = _args(("input", n, "int8"), ("output", n, "int8"))
+
+    def emit(x, y):
         with _nest("abc", dims[:3]) as (a, b, c):
             src = _let("src", a * step[0] + b * step[1] + c * step[2])
             dst = _let("dst", ((a * dims[1] + b) * dims[2] + c) * dims[3])
             _copy(y, dst, x, src, dims[3], step[3], "d")
-    return _built(builder, name)
+    return prim_func(name, [("input", n, "int8"), ("output", n, "int8")], emit)
 
 
 def transpose_kernel(name: str, in_shape, perm) -> OpKernel:
@@ -265,7 +235,7 @@ def transpose_kernel(name: str, in_shape, perm) -> OpKernel:
     perm_, shape4, dims, _ = _transpose_geometry(name, in_shape, perm)
     func = transpose_prim_func(name, in_shape, perm)
     lead = 4 - len(in_shape)
-    return _kernel(name, f"TRANSPOSE: {list(in_shape)} by {perm_} -> {dims[lead:]}.", func,
+    return op_kernel(name, f"TRANSPOSE: {list(in_shape)} by {perm_} -> {dims[lead:]}.", func,
                    ["input"])
 
 
@@ -287,16 +257,17 @@ def concatenation_prim_func(name: str, in_shapes, axis: int) -> tirx.PrimFunc:
     copied in turn."""
     _, _, outer, slabs = _concat_geometry(name, in_shapes, axis)
     total = sum(slabs)
-    with _prim_func(name) as builder:
-        *xs, y = _args(*[(f"input{k}", outer * slab, "int8") for k, slab in enumerate(slabs)],
-                       ("output", outer * total, "int8"))
+
+    def emit(*buffers):
+        *xs, y = buffers
         with _nest(["o"], [outer]) as (o,):
             position = 0
             for k, (x, slab) in enumerate(zip(xs, slabs)):
                 if slab:
                     _copy(y, o * total + position, x, o * slab, slab, name=f"j{k}")
                 position += slab
-    return _built(builder, name)
+    return prim_func(name, [(f"input{k}", outer * slab, "int8") for k, slab in enumerate(slabs)]
+                     + [("output", outer * total, "int8")], emit)
 
 
 def concatenation_kernel(name: str, in_shapes, axis: int) -> OpKernel:
@@ -305,7 +276,7 @@ def concatenation_kernel(name: str, in_shapes, axis: int) -> OpKernel:
     ``input1``, ...), then ``output``."""
     shapes, axis, outer, slabs = _concat_geometry(name, in_shapes, axis)
     func = concatenation_prim_func(name, in_shapes, axis)
-    return _kernel(name, f"CONCATENATION of {len(shapes)} tensors along axis {axis}: {outer} x "
+    return op_kernel(name, f"CONCATENATION of {len(shapes)} tensors along axis {axis}: {outer} x "
                    f"{slabs} -> {sum(slabs)}.", func, [f"input{k}" for k in range(len(shapes))])
 
 
@@ -330,21 +301,21 @@ def pad_prim_func(name: str, in_shape, paddings, value: int) -> tirx.PrimFunc:
     ostr = _strides(out4)
     base = sum(a * s for (a, _), s in zip(pads4, ostr))
     n_in, n_out = (int(np.prod(s, dtype=np.int64)) for s in (shape4, out4))
-    with _prim_func(name) as builder:
-        x, y = _args(("input", n_in, "int8"), ("output", n_out, "int8"))
+
+    def emit(x, y):
         _extern("memset", y.data, tirx.const(value, "int32"), _size(n_out))
         with _nest("abc", shape4[:3]) as (a, b, c):
             dst = _let("dst", base + a * ostr[0] + b * ostr[1] + c * ostr[2])
             src = _let("src", ((a * shape4[1] + b) * shape4[2] + c) * shape4[3])
             _copy(y, dst, x, src, shape4[3], name="d")
-    return _built(builder, name)
+    return prim_func(name, [("input", n_in, "int8"), ("output", n_out, "int8")], emit)
 
 
 def pad_kernel(name: str, in_shape, paddings, value: int) -> OpKernel:
     """PAD / PADV2 with a constant ``value`` (int8 PAD pads with the output zero point),
     :func:`pad_prim_func` as C."""
     pads, *_ = _pad_geometry(name, in_shape, paddings, value)
-    return _kernel(name, f"PAD: {list(in_shape)} by {pads} with {value}.",
+    return op_kernel(name, f"PAD: {list(in_shape)} by {pads} with {value}.",
                    pad_prim_func(name, in_shape, paddings, value), ["input"])
 
 
@@ -374,13 +345,13 @@ def strided_slice_prim_func(name: str, in_shape, start, stride, count) -> tirx.P
     row-major order, element ``(i_k)`` read at ``start_k + i_k * stride_k``."""
     _, shape4, count4, base, step = _slice_geometry(name, in_shape, start, stride, count)
     n_in, n_out = (int(np.prod(s, dtype=np.int64)) for s in (shape4, count4))
-    with _prim_func(name) as builder:
-        x, y = _args(("input", n_in, "int8"), ("output", n_out, "int8"))
+
+    def emit(x, y):
         with _nest("abc", count4[:3]) as (a, b, c):
             src = _let("src", base + a * step[0] + b * step[1] + c * step[2])
             dst = _let("dst", ((a * count4[1] + b) * count4[2] + c) * count4[3])
             _copy(y, dst, x, src, count4[3], step[3], "d")
-    return _built(builder, name)
+    return prim_func(name, [("input", n_in, "int8"), ("output", n_out, "int8")], emit)
 
 
 def strided_slice_kernel(name: str, in_shape, start, stride, count) -> OpKernel:
@@ -389,7 +360,7 @@ def strided_slice_kernel(name: str, in_shape, start, stride, count) -> OpKernel:
     ``count``; a shrunk axis is count 1), :func:`strided_slice_prim_func` as C."""
     (start, stride, count), *_ = _slice_geometry(name, in_shape, start, stride, count)
     func = strided_slice_prim_func(name, in_shape, start, stride, count)
-    return _kernel(name, f"STRIDED_SLICE: {list(in_shape)} from {start} by {stride}, {count} "
+    return op_kernel(name, f"STRIDED_SLICE: {list(in_shape)} from {start} by {stride}, {count} "
                    "elements per axis.", func, ["input"])
 
 
@@ -406,16 +377,15 @@ def resize_nearest_prim_func(name: str, in_shape, out_hw) -> tirx.PrimFunc:
     """``(input, output int8, rows int32[out H], cols int32[out W])``: each output pixel a
     copy of the ``C`` bytes at ``rows[y] + cols[x]`` of its batch's input."""
     (n, h, w, c), (oh, ow) = _resize_geometry(name, in_shape, out_hw)
-    with _prim_func(name) as builder:
-        x, y, rows, cols = _args(("input", n * h * w * c, "int8"),
-                                 ("output", n * oh * ow * c, "int8"),
-                                 ("rows", oh, "int32"), ("cols", ow, "int32"))
+
+    def emit(x, y, rows, cols):
         with _nest(["b", "y"], [n, oh]) as (b, r):
             src = _row("src", x, b * (h * w * c) + rows[r])
             dst = _row("dst", y, (b * oh + r) * (ow * c))
             with _nest(["x"], [ow]) as (col,):
                 _copy(dst, col * c, src, cols[col], c, name="k")
-    return _built(builder, name)
+    return prim_func(name, [("input", n * h * w * c, "int8"), ("output", n * oh * ow * c, "int8"),
+                            ("rows", oh, "int32"), ("cols", ow, "int32")], emit)
 
 
 def resize_nearest_kernel(name: str, in_shape, out_hw) -> OpKernel:
@@ -424,5 +394,5 @@ def resize_nearest_kernel(name: str, in_shape, out_hw) -> OpKernel:
     ``C``."""
     (n, _, _, c), (oh, ow) = _resize_geometry(name, in_shape, out_hw)
     func = resize_nearest_prim_func(name, in_shape, out_hw)
-    return _kernel(name, f"RESIZE_NEAREST_NEIGHBOR: {list(in_shape)} -> [{n}, {oh}, {ow}, "
+    return op_kernel(name, f"RESIZE_NEAREST_NEIGHBOR: {list(in_shape)} -> [{n}, {oh}, {ow}, "
                    f"{c}], pixel copies.", func, ["input", "rows", "cols"])

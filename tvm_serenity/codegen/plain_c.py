@@ -50,6 +50,7 @@ from tvm.tirx import compilation_pipeline
 
 from .kernels import (REQUANTIZE_SYMBOL, default_kernel_name, make_prim_func,
                       requantize_prim_func)
+from .ops import OpKernel
 from .spec import CodegenError, LayerSpec, kernel_params
 
 PIPELINE = "serenity_plain_c"
@@ -185,6 +186,14 @@ def emit_c_function(func: tirx.PrimFunc, symbol: str, *, const: Collection[str] 
                            f"(it has {sorted(seen)})")
     head = f"{storage} void" if storage else "void"
     return f"{head} {symbol}({', '.join(params)}) {{\n{body}"
+
+
+def op_kernel(name: str, comment: str, func: tirx.PrimFunc, const: Collection[str] = (),
+              **scratch) -> OpKernel:
+    """``func`` as the C function ``name`` of an operator kernel, after a ``/* comment */``
+    (``scratch``: the :class:`~.ops.OpKernel` scratch it needs)."""
+    return OpKernel(name, f"/* {comment} */\n" + emit_c_function(func, name, const=const),
+                    **scratch)
 
 
 def _lower_to_c(func: tirx.PrimFunc, symbol: str, return_type: str) -> tuple[str, str]:
