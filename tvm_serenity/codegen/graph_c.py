@@ -419,6 +419,7 @@ class _Emitter:
         self.consts: list[str] = []
         self.const_values: dict[str, bytes] = {}
         self.patch_kernels: dict[tuple, str] = {}   # (layer, elements) -> elementwise kernel
+        self.input_position = {t: k for k, t in enumerate(core.inputs)}   # tensor -> i
         self.definitions: list[str] = []
         self.body: list[str] = []
         self.steps: list[Step] = []
@@ -795,7 +796,10 @@ class _Emitter:
         wider buffer."""
         patch = node.attrs["patch"]
         sources = node.inputs[1:] if node.inplace == "alias" else node.inputs
-        item = lambda name: np.dtype(self.graph[name].dtype or "int8").itemsize
+
+        def item(name: str) -> int:
+            return np.dtype(self.graph[name].dtype or "int8").itemsize
+
         in_ptrs = [f"ARENA({self.location[src] + offset * item(src)})"
                    for src, offset in zip(sources, patch["in_offsets"])]
         out_item = np.dtype(node.dtype or "int8").itemsize
@@ -821,9 +825,9 @@ class _Emitter:
             return kernel, layout, prefix + _call(kernel, args)
         pitched = patch["out_row_pitch"] is not None or \
             any(p is not None for p in patch["in_row_pitches"])
-        steps = rows if pitched else 1
-        elements = rows * cols * channels // steps
-        part = dataclasses.replace(node, shape=(1, rows // steps, cols, channels),
+        calls = rows if pitched else 1
+        elements = rows * cols * channels // calls
+        part = dataclasses.replace(node, shape=(1, rows // calls, cols, channels),
                                    bytes=elements * out_item)
         key = (patch["of"], elements)          # one kernel per layer and length
         kernel = self.patch_kernels.get(key)
@@ -992,7 +996,6 @@ def emit_model(core: IntegerCore, graph: Graph, plan: ArenaPlan, *, opt_level: s
     emitter = _Emitter(model, graph, plan, source_graph)
     streamed = {n.attrs["tensor_index"] for n in graph.nodes.values()
                 if n.op == "input_region"}
-    emitter.input_position = {t.index: k for k, t in enumerate(core.inputs)}
     inputs = tuple(_io_tensor(t, -1, streamed=True) if t.index in streamed
                    else _io_tensor(t, plan.offsets[emitter.tensor_node[t.index]])
                    for t in core.inputs)
