@@ -42,10 +42,12 @@ SRAM) and refuses a model that does not fit with every part itemised.
 
 ``patch=True`` runs the first layers patch by patch where that lowers the peak
 (:func:`tvm_serenity.rewrite.patch.plan_patches` on the graph IR after the schedule pass,
-judged by the same scheduler, at most ``patch_overhead`` extra MACs; ``patch_layers`` with
-``patch_grid`` force one plan): the patched graph is what the arena is planned for and the
-emitter writes (bit-exact), and ``plan.json``'s ``patch`` section has the plan (layers, grid,
-each patch's rows and columns, extra MACs) and both peaks, the input resident and streamed.
+judged by the same scheduler, at most ``patch_overhead`` extra MACs, in one or more segments;
+``patch_layers`` with ``patch_grid`` force a plan, lists of them one per segment): the
+patched graph is what the arena is planned for and the emitter writes (bit-exact), and
+``plan.json``'s ``patch`` section has the plan (layers and grid of each segment, the first
+one's patches with their rows and columns, extra MACs), both peaks (the input resident and
+streamed), the order without patches, or why nothing was patched.
 ``stream_input=True`` builds the streamed one: the input is no arena tensor and ``model_run``
 reads each patch's region through ``model_read_input`` (:mod:`tvm_serenity.codegen.graph_c`).
 
@@ -392,8 +394,8 @@ def compile_tflite(path: str | os.PathLike, target: str = "pico",
                    stack_reserve: int = micro.DEFAULT_STACK_RESERVE,
                    force: bool = False, int8_core: bool = False, patch: bool = False,
                    patch_overhead: float = DEFAULT_PATCH_OVERHEAD,
-                   patch_layers: int | None = None,
-                   patch_grid: tuple[int, int] | None = None,
+                   patch_layers: int | list[int] | None = None,
+                   patch_grid: tuple[int, int] | list[tuple[int, int]] | None = None,
                    stream_input: bool = False) -> CompiledModel:
     """Compile the TFLite int8 model at ``path`` for ``target`` (``"pico"``, ``"pico2"`` or
     ``"host"``) into ``out_dir`` (see the module docstring).
@@ -407,8 +409,9 @@ def compile_tflite(path: str | os.PathLike, target: str = "pico",
     ``int8_core``: strip the float edges (module docstring). ``patch``: patch-based execution
     of the first layers where it lowers the peak, with at most ``patch_overhead`` extra MACs
     (a fraction of the network's; module docstring); ``patch_layers`` and ``patch_grid``
-    together force one plan instead of the search (the first ``patch_layers`` layers in a
-    ``(rows, columns)`` grid); ``stream_input``: the input is no arena tensor but read patch
+    together force a plan instead of the search (the first ``patch_layers`` layers in a
+    ``(rows, columns)`` grid; lists for several segments, each from the output of the one
+    before); ``stream_input``: the input is no arena tensor but read patch
     by patch through ``model_read_input`` (a camera, flash), and the plan minimises the
     peak that way (module docstring). ``build=False`` only generates
     the sources; otherwise the firmware is built and, for the Pico boards, a model that does
