@@ -66,6 +66,12 @@ def test_forced_plans_of_a_mixed_cnn_are_bit_exact_on_host(tmp_path, layers, gri
                                                          compiled.plan.order).peak_bytes
     assert sum(1 for n in compiled.graph.nodes.values() if "patch" in n.attrs) \
         == layers * grid[0] * grid[1]
+    # patches that read a patch tensor of their own run in place (RiP) where the plan pairs
+    # them; the patches of the last layer write into the full output (its alias chain)
+    layouts = {s.layout for s in compiled.emitted.steps if "/patch" in s.op}
+    assert "alias" in layouts and ("rip" in layouts) <= rip
+    if rip and layers == 6:
+        assert "rip" in layouts
     # the report draws the grid and the memory over time with and without the patches
     report = write_compiled_report(tmp_path / "out")
     assert report.images["patches"].is_file()

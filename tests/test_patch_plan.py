@@ -361,8 +361,9 @@ def test_run_patched_exact_random_cnns(in_hw, cin, layers, seed, data):
 # ------------------------------------------------------------------------ memory model
 def _independent_peak(graph, order) -> int:
     """The memory rules re-stated (no tvm_serenity.memory): live set of tensors; a node's
-    step needs the live tensors plus its output, or, when it is an alias and the last
-    reader of its first input, the live tensors with that input replaced by its output."""
+    step needs the live tensors plus its output, or, when it runs in place (an alias, or a
+    RiP workspace ``S``) and is the last reader of its first input, the live tensors with
+    that input replaced by ``max(input, output)`` (alias) or ``S``."""
     readers = {n: [c for c in graph.nodes if n in graph[c].inputs] for n in graph.nodes}
     live = {n for n in graph.nodes if graph[n].op == "input"}
     done = set(live)
@@ -376,6 +377,8 @@ def _independent_peak(graph, order) -> int:
         if node.inplace == "alias" and node.inputs[0] in dying:
             step = size - graph[node.inputs[0]].bytes + max(graph[node.inputs[0]].bytes,
                                                              node.bytes)
+        elif node.inplace is not None and node.inputs[0] in dying:
+            step = size - graph[node.inputs[0]].bytes + node.inplace
         else:
             step = size + node.bytes
         peak = max(peak, step)

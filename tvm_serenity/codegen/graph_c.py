@@ -92,8 +92,9 @@ Patch plans (:mod:`tvm_serenity.rewrite.patch`, ``compile --patch``). A patch no
 layer's kernel for the patch's region: a window layer's :mod:`.kernels` kernel built for the
 region's shape and border padding, with row pitches (:attr:`.spec.LayerSpec.input_row_pitch`)
 where it reads a window of a wider buffer (the whole input, or a reader's part of a
-producer's patch) or writes its rows into the prefix's full output; an elementwise layer (a
-residual ADD too) row by row in that case, otherwise in one call. The patches of a layer
+producer's patch) or writes its rows into the prefix's full output, in the RiP layout where
+the plan runs a patch in place over the patch it reads; an elementwise layer (a residual ADD
+too) row by row in that case, otherwise in one call. The patches of a layer
 share its constant tables. The ``patch_output`` allocation is no code. A streamed input
 (``stream_input``) is no arena tensor: each patch's ``input_region`` node is filled through
 ``model_read_input(i, offset, dst, bytes)``, a function ``model.h`` declares
@@ -576,7 +577,8 @@ class _Emitter:
                           if i >= 0 and self.core.tensors[i].data is None), None)
             in_node = self.tensor_node.get(first) if first is not None else None
         saved = 0
-        if pair is not None and "patch" not in node.attrs:   # a patch's alias saves nothing
+        if pair is not None and not node.attrs.get("patch", {}).get("exit"):
+            # (writing a patch into the full output saves nothing)
             saved = self.graph[pair.input].bytes + node.bytes - pair.workspace_bytes
         self.steps.append(Step(k, name, label, kernel, layout, out_off,
                                None if in_node is None else self.location[in_node],
@@ -815,14 +817,15 @@ class _Emitter:
         layout = "alias" if in_place else "dual"
         activations = [i for i, t in enumerate(op.inputs)
                        if t >= 0 and self.core.tensors[t].data is None]
-        if op.op in WINDOW_OPS:
+        if op.op in WINDOW_OPS:       # in place: RiP on its own patch, or the output's alias
+            rip = in_place and not patch["exit"]
             region = dataclasses.replace(node, shape=(1, rows, cols, channels),
                                          bytes=rows * cols * channels * out_item)
-            call = kernel_call(self.core, op, region, name=base)
+            call = kernel_call(self.core, op, region, in_place=rip, name=base)
             kernel = self.tir_kernel(call.spec, call.layout)
             ptrs = dict(zip(activations, in_ptrs))
             args = [self.argument(region, op, arg, ptrs, out_ptr, base) for arg in call.args]
-            return kernel, layout, prefix + _call(kernel, args)
+            return kernel, call.layout if rip else layout, prefix + _call(kernel, args)
         pitched = patch["out_row_pitch"] is not None or \
             any(p is not None for p in patch["in_row_pitches"])
         calls = rows if pitched else 1

@@ -39,7 +39,9 @@ part into it (``mem_during = live_before``). The rest of the network is unchange
 ``YP``. Each patch node keeps its layer's attributes with the region's input shape and padding
 (what its kernel is built from) and says in ``attrs["patch"]`` where it reads and writes: a
 region of a wider buffer (the whole input, or a reader's part of a producer's patch) by its
-offset and row pitch. With ``stream_input=True`` the graph input is no ``input`` node: each
+offset and row pitch. A window layer's patch that reads the whole of a patch tensor of its own
+gets the in-place workspace RiP computes for the region's geometry (``inplace``, as the full
+layer has one), so the in-place rules apply inside a patch as everywhere else. With ``stream_input=True`` the graph input is no ``input`` node: each
 patch gets an input-region node (no inputs, the region's bytes), i.e. the input arrives patch
 by patch (a camera, a streamed file) instead of being resident from the start.
 
@@ -78,6 +80,7 @@ import numpy as np
 from ..errors import SerenityError
 from ..graph import Graph, Node
 from ..memory import simulate
+from ..rip import inplace_workspace_bytes
 from ..schedule import Deadline, ScheduleResult, schedule
 from ..frontend import reference
 from ..frontend.tflite_model import TFLiteModel
@@ -444,6 +447,20 @@ def _region_attrs(orig: Node, w: Window, r: LayerRegion, p: int, sources, target
     return attrs
 
 
+def _region_inplace(orig: Node, w: Window, r: LayerRegion) -> int | None:
+    """The in-place workspace of a window layer's patch that reads a patch tensor of its own
+    (the whole of it): RiP's for the region's geometry, as the full layer's (None when the
+    full layer has none, e.g. with ``without_inplace``)."""
+    if orig.inplace is None or orig.inplace == "alias" or w.op not in _CONVS + _POOLS:
+        return None
+    a = orig.attrs
+    hwc = (r.in_rows[1] - r.in_rows[0], r.in_cols[1] - r.in_cols[0], w.in_channels)
+    groups = a.get("groups", w.in_channels if w.op != "conv2d" else 1)
+    return inplace_workspace_bytes(w.op, hwc, int(orig.shape[3]), w.kernel, w.stride,
+                                   w.dilation, r.padding, groups,
+                                   np.dtype(orig.dtype or "int8").itemsize)
+
+
 def patched_graph(graph: Graph, input_name: str, windows: list[Window],
                   regions: list[tuple[LayerRegion, ...]], stream_input: bool = False) -> Graph:
     """The graph with the prefix ``windows`` computed patch by patch (module docstring).
@@ -494,8 +511,11 @@ def patched_graph(graph: Graph, input_name: str, windows: list[Window],
             else:
                 shape = (1, r.out_rows[1] - r.out_rows[0], r.out_cols[1] - r.out_cols[0],
                          orig.shape[3])
+                own = len(srcs) == 1 and srcs[0] != input_name \
+                    and held[w.inputs[0]][1] == (r.in_rows, r.in_cols)
                 nodes.append(Node(name, orig.op, srcs, r.out_pixels * w.out_pixel_bytes,
-                                  shape, orig.dtype, attrs))
+                                  shape, orig.dtype, attrs,
+                                  _region_inplace(orig, w, r) if own else None))
             held[w.name] = (name, (r.out_rows, r.out_cols))
     rename = {last.name: y}
     for name in names[len(before):]:
