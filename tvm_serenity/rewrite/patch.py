@@ -41,9 +41,10 @@ part into it (``mem_during = live_before``). The rest of the network is unchange
 region of a wider buffer (the whole input, or a reader's part of a producer's patch) by its
 offset and row pitch. A window layer's patch that reads the whole of a patch tensor of its own
 gets the in-place workspace RiP computes for the region's geometry (``inplace``, as the full
-layer has one), so the in-place rules apply inside a patch as everywhere else. With ``stream_input=True`` the graph input is no ``input`` node: each
-patch gets an input-region node (no inputs, the region's bytes), i.e. the input arrives patch
-by patch (a camera, a streamed file) instead of being resident from the start.
+layer has one), so the in-place rules apply inside a patch as everywhere else. With
+``stream_input=True`` the graph input is no ``input`` node: each patch gets an input-region
+node (no inputs, the region's bytes), i.e. the input arrives patch by patch (a camera, a
+streamed file) instead of being resident from the start.
 
 The search
 ----------
@@ -247,12 +248,7 @@ def window_of(graph: Graph, name: str) -> Window | None:
                       out_hw, out_hw, pixel, int(node.shape[3]), 0, tuple(node.inputs))
     if len(node.inputs) != 1:
         return None
-    window = _one_input_window(graph, node, out_hw, pixel)
-    return None if window is None else dataclasses.replace(window, inputs=tuple(node.inputs))
-
-
-def _one_input_window(graph: Graph, node: Node, out_hw, pixel) -> Window | None:
-    name, a = node.name, node.attrs
+    inputs = tuple(node.inputs)
     if node.op in _CONVS + _POOLS:
         kernel, stride = tuple(a["kernel"]), tuple(a["stride"])
         dilation = tuple(a.get("dilation", (1, 1)))
@@ -263,7 +259,7 @@ def _one_input_window(graph: Graph, node: Node, out_hw, pixel) -> Window | None:
             per_pixel = kernel[0] * kernel[1] * cout
         return Window(name, node.op, a["tflite_index"], kernel, stride, dilation,
                       tuple(a["padding"]), _hw(a["in_shape"]), out_hw, pixel,
-                      int(a["in_shape"][3]), per_pixel)
+                      int(a["in_shape"][3]), per_pixel, inputs)
     in_shapes = a.get("in_shapes")
     if not in_shapes or len(in_shapes[0]) != 4:
         return None
@@ -274,10 +270,10 @@ def _one_input_window(graph: Graph, node: Node, out_hw, pixel) -> Window | None:
             return None
         return Window(name, node.op, a["tflite_index"], (1, 1), (1, 1), (1, 1),
                       (p[1][0], p[1][1], p[2][0], p[2][1]), in_hw, out_hw, pixel,
-                      int(in_shapes[0][3]), 0)
+                      int(in_shapes[0][3]), 0, inputs)
     if node.op in _ELEMENTWISE and in_hw == out_hw:
         return Window(name, node.op, a["tflite_index"], (1, 1), (1, 1), (1, 1), (0, 0, 0, 0),
-                      in_hw, out_hw, pixel, int(in_shapes[0][3]), 0)
+                      in_hw, out_hw, pixel, int(in_shapes[0][3]), 0, inputs)
     return None
 
 
@@ -469,9 +465,9 @@ def patched_graph(graph: Graph, input_name: str, windows: list[Window],
     where it reads and writes (:func:`_region_attrs`)."""
     last = windows[-1]
     input_node = graph[input_name]
-    in_pixel = input_node.bytes // (windows[0].in_hw[0] * windows[0].in_hw[1])
     prefix = {w.name for w in windows}
     in_hw = _hw(input_node.shape)
+    in_pixel = input_node.bytes // (in_hw[0] * in_hw[1])
     whole_input = ((0, in_hw[0]), (0, in_hw[1]))
     full_output = ((0, last.out_hw[0]), (0, last.out_hw[1]))
     alloc = Node(f"{last.name}.alloc", "patch_output", (), graph[last.name].bytes,
@@ -561,15 +557,14 @@ def _score(steps) -> tuple[int, int]:
 
 
 def _best_segment(graph: Graph, start: str | None, streamed: bool, budget: float,
-                  total_macs: int, method: str, grid_max: int, deadline: Deadline, ops,
-                  current: ScheduleResult):
+                  method: str, grid_max: int, deadline: Deadline, ops, order: list[str],
+                  steps: list[int]):
     """The segment from ``start`` (None: the graph input) whose patched graph scores best,
-    with its schedule and patched graph; None when no grid fits the MAC ``budget``."""
+    with its schedule and patched graph; None when no grid fits the MAC ``budget``.
+    ``order`` and its ``steps`` (bytes live at each step): the graph's current schedule."""
     input_name, chain = prefix_chain(graph, ops, start)
     if not chain:
         return None
-    order = list(current.order)
-    steps = simulate(graph, order).step_bytes
     lengths = cuts(graph, input_name, chain)
     best = None             # (score, segment, schedule, patched graph)
     for n_cut, k in enumerate(lengths):
@@ -622,24 +617,24 @@ def plan_patches(graph: Graph, *, max_overhead: float = 0.2, stream_input: bool 
     if not prefix_chain(graph, ops)[1]:
         return None
     base = schedule(graph, method, time_limit=deadline.share(0.2))
-    total_macs = network_macs(graph)
-    budget = max_overhead * total_macs
+    budget = max_overhead * network_macs(graph)
     current, current_graph, segments = base, graph, []
-    score = _score(simulate(graph, base.order).step_bytes)
+    steps = simulate(graph, base.order).step_bytes
+    score = _score(steps)
     best = None             # (peak, number of segments, schedule)
     for n in range(max_segments):
+        order = list(current.order)
         start = segments[-1].exit if segments else None
-        if start is not None:       # a later segment can only lower steps after this one
-            steps = simulate(current_graph, current.order).step_bytes
-            after = list(current.order).index(start) + 1
-            if max(steps[after:], default=0) < score[0]:
-                break
-        found = _best_segment(current_graph, start, stream_input and n == 0, budget,
-                              total_macs, method, grid_max,
-                              deadline.share(0.6 if n == 0 else 0.5), ops, current)
+        # a later segment can only lower steps after the one before
+        if start is not None and max(steps[order.index(start) + 1:], default=0) < score[0]:
+            break
+        found = _best_segment(current_graph, start, stream_input and n == 0, budget, method,
+                              grid_max, deadline.share(0.6 if n == 0 else 0.5), ops, order,
+                              steps)
         if found is None or found[0] >= score:
             break
         score, segment, current, current_graph = found
+        steps = simulate(current_graph, current.order).step_bytes
         segments.append(segment)
         budget -= segment.extra_macs
         if best is None or score[0] < best[0]:
