@@ -460,23 +460,24 @@ class _Emitter:
     def tir_kernel(self, spec: LayerSpec, layout: str) -> str:
         key = (spec, layout)
         if key not in self.tir_names:
-            base = default_kernel_name(spec, layout)
-            name, n = base, 1
-            while name in self.used_names:
-                n += 1
-                name = f"{base}_v{n}"
-            self.used_names.add(name)
+            name = self.unique_name(default_kernel_name(spec, layout))
             self.tir_names[key] = name
             source = emit_c_kernel(spec, layout, name)
             self.definitions.append(source.removeprefix("#include <stdint.h>\n\n"))
             self.scratch32 = max(self.scratch32, spec.scratch_elements)
         return self.tir_names[key]
 
-    def unique_name(self, base: str) -> str:
+    def free_name(self, base: str) -> str:
+        """``base``, or ``base_v2``, ``base_v3``, ... the first no C function has."""
         name, n = base, 1
         while name in self.used_names:
             n += 1
             name = f"{base}_v{n}"
+        return name
+
+    def unique_name(self, base: str) -> str:
+        """:meth:`free_name`, claimed."""
+        name = self.free_name(base)
         self.used_names.add(name)
         return name
 
@@ -833,10 +834,7 @@ class _Emitter:
         part = dataclasses.replace(node, shape=(1, rows // calls, cols, channels),
                                    bytes=elements * out_item)
         key = (patch["of"], elements)          # one kernel per layer and length
-        kernel = self.patch_kernels.get(key)
-        if kernel is None:
-            kernel = self.unique_name(f"{base}_{elements}")
-            self.used_names.discard(kernel)     # op_kernel or tir_kernel claims it
+        kernel = self.patch_kernels.get(key) or self.free_name(f"{base}_{elements}")
         call = kernel_call(self.core, op, part, name=kernel)
         if call.spec is not None:               # the same-shape ADD of a residual block
             kernel = self.tir_kernel(call.spec, call.layout)

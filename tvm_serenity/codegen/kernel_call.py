@@ -23,7 +23,10 @@ same calls are what a Relax lowering for llvm will emit as ``R.call_tir`` of the
 (inputs and tables as arguments, output and scratch as results; not written yet: the llvm
 build still legalizes :mod:`tvm_serenity.frontend.relax_import`'s expressions, except for the
 RiP convolutions and their dual-layout fallbacks). ``in_place`` picks the RiP layout of the
-graph emitter's in-place steps (the workspace is the node's ``inplace`` bytes).
+graph emitter's in-place steps (the workspace is the node's ``inplace`` bytes). A node of a
+patch plan (:mod:`tvm_serenity.rewrite.patch`) describes its region: an elementwise kernel's
+element count is the node's shape, a window kernel's input shape and padding are the node's
+and its row pitches those of ``attrs["patch"]``.
 
 Refusals are :class:`~tvm_serenity.frontend.tflite_model.UnsupportedOperatorError` naming the
 operator (``<model>: operator #k (OP)``) or a kernel generator's
