@@ -18,6 +18,7 @@ from test_patch_plan import (_LAYER, MIXED, RESIDUAL_STAGE, _fits, build_cnn,
                              inverted_residual)
 from toolchain import needs_cc, needs_qemu, needs_rp2040js
 from tvm_serenity.cli import main
+from tvm_serenity.codegen.graph_c import PATCH_OPS
 from tvm_serenity.deploy import compile_tflite, load_plan, run
 from tvm_serenity.errors import SerenityError
 from tvm_serenity.frontend import ModelBuilder, parse_tflite, tflite_to_graph
@@ -264,7 +265,6 @@ def test_explicit_pad_ends_the_prefix_the_c_back_end_can_patch():
                                     {"op": "MAX_POOL_2D", "kernel": (2, 2), "stride": (2, 2),
                                      "padding": "VALID"}])
     graph = tflite_to_graph(model, fold_pad=True)
-    from tvm_serenity.codegen.graph_c import PATCH_OPS
     assert [w.op for w in prefix_chain(graph)[1]][:2] == ["conv2d", "pad"]
     assert [w.op for w in prefix_chain(graph, PATCH_OPS)[1]] == ["conv2d"]
 
