@@ -22,8 +22,10 @@ returned tensor to the caller. Columns:
   (``n/a``: the pipeline has no such pass);
 * ``tvm.compile B``: what a plain ``tvm.compile(mod, target="llvm")`` plans: on a CPU target it
   runs TVM's ``"default"`` Relax pipeline (``relax.pipeline.default_build_pipeline``: legalize,
-  no operator fusion), so every int32/int16 temporary of every kernel is a tensor of its own;
-  both TVM pipelines get the module after :class:`~tvm_serenity.passes.ShareKernels` (each
+  no operator fusion). Every operator of the module is already one ``call_tir`` of its kernel
+  (the kernel family the microcontroller C prints; its int32 scratch is the kernel's own,
+  outside every plan), so both TVM pipelines plan the same tensors as ours: the TFLite
+  activations. Both get the module after :class:`~tvm_serenity.passes.ShareKernels` (each
   distinct kernel once, as the serenity pipeline builds it);
 * ``TVM CPU B``: TVM's CPU pipeline (``relax.get_default_pipeline(llvm)``, i.e. ``cpu_generic``:
   legalize, ``FuseOps``/``FuseTIR``, dataflow lowering), stored (TFLite) order: the TVM figure
@@ -403,7 +405,9 @@ def render(rows: list[Row]) -> str:
         "of the intermediate tensors only: TVM's `StaticPlanBlockMemory` and our ArenaPlan both "
         "leave the parameters and the returned tensor to the caller. `tvm.compile`: what a "
         "plain `tvm.compile(mod, target=\"llvm\")` plans (TVM's `\"default\"` Relax pipeline, "
-        "which on CPU legalizes without fusing operators: every kernel temporary is a tensor); "
+        "which on CPU legalizes without fusing operators; every operator is one `call_tir` of "
+        "the kernel the Pico's C prints, its int32 scratch the kernel's own, so every column "
+        "plans the same tensors, the TFLite activations); "
         "`TVM CPU`: TVM's CPU pipeline (`relax.get_default_pipeline`: legalize + "
         "`FuseOps`/`FuseTIR`), stored TFLite order, the TVM figure of the peers section without "
         "the graph input and output; `TVM stored`: `StaticPlanBlockMemory` on our module before "

@@ -17,7 +17,7 @@ import tvm_serenity.passes as sp
 from tflite_cases import SINGLE_OP_MODELS, model_path
 from tvm_serenity.frontend import foldable_pads, load_tflite, parse_tflite, reference
 from tvm_serenity.frontend.interpreters import model_inputs
-from tvm_serenity.frontend.relax_import import from_tflite
+from tvm_serenity.frontend.relax_import import OperatorDescription, emit_operator, from_tflite
 from tvm_serenity.passes.convert import is_op
 
 RNG = np.random.default_rng(5)
@@ -77,17 +77,15 @@ def test_lower_fake_quant_conv():
         after = pass_(FakeQuantConv)
     relax.analysis.well_formed(after)
     assert pass_.lowered == {"conv2d": 1} and not pass_.unlowered
-    # main: one binding, the int8 result, computed by one integer kernel
-    ((name, callee),) = kernel_calls(after["main"])
-    assert name == "y" and isinstance(callee, tvm.ir.GlobalVar)
-    kernel = after[callee]
-    assert kernel.attrs["Primitive"]
-    conv = [b.value for b in kernel.body.blocks[0].bindings if is_op(b.value, "relax.nn.conv2d")]
-    assert len(conv) == 1 and conv[0].attrs.out_dtype == "int32"
-    assert conv[0].args[0].ty.dtype == "int16"
-    assert not {"relax.quantize", "relax.dequantize"} & set(ops_in(kernel))
-    assert "float32" not in kernel.script()
-
+    # main: one binding, the int8 result, computed by one described integer kernel
+    ((name, value),) = [(b.var.name, b.value) for b in after["main"].body.blocks[0].bindings]
+    assert name == "y" and is_op(value, "relax.call_tir")
+    kernel = after[value.args[0]]
+    assert isinstance(kernel, tvm.tirx.PrimFunc)
+    description = OperatorDescription.of(kernel)
+    assert description.op == "CONV_2D"
+    assert description.options["fused_activation_function"] == "RELU"
+    assert not {"relax.quantize", "relax.dequantize"} & set(ops_in(after["main"]))
     x = int8((1, 7, 6, 4))
     params = reference.ConvParams((2, 2), (1, 1), (1, 0, 1, 0), 3,
                                   reference.conv_requant(np.float32(0.05), W_SCALES,
@@ -199,130 +197,69 @@ def test_stock_import_of_a_real_model_through_the_pipeline():
 
 
 # -------------------------------------------------------------------------------------- FoldPad
-@I.ir_module
-class PadConv:
-    """An int8 PAD kernel (pad value -3) read by an integer convolution kernel that shifts its
-    input by -3, as the importer writes them."""
-
-    @R.function(private=True)
-    def pad(x: R.Tensor((1, 6, 6, 4), "int8")) -> R.Tensor((1, 8, 9, 4), "int8"):
-        R.func_attr({"Primitive": True})
-        with R.dataflow():
-            y = R.nn.pad(x, [0, 0, 1, 1, 2, 1, 0, 0], pad_value=-3.0)
-            R.output(y)
-        return y
-
-    @R.function(private=True)
-    def conv(x: R.Tensor((1, 8, 9, 4), "int8"),
-             w: R.Tensor((3, 3, 4, 8), "int8")) -> R.Tensor((1, 6, 7, 8), "int32"):
-        R.func_attr({"Primitive": True})
-        with R.dataflow():
-            s = R.astype(x, "int16")
-            t = R.subtract(s, R.const(-3, "int16"))
-            y = R.nn.conv2d(t, w, data_layout="NHWC", kernel_layout="HWIO", out_dtype="int32")
-            R.output(y)
-        return y
-
-    @R.function
-    def main(x: R.Tensor((1, 6, 6, 4), "int8"), w: R.Tensor((3, 3, 4, 8), "int8")):
-        cls = PadConv
-        with R.dataflow():
-            xp = cls.pad(x)
-            y = cls.conv(xp, w)
-            R.output(y)
-        return y
+W_OHWI = np.random.default_rng(9).integers(-127, 128, (8, 3, 3, 4)).astype("int8")
+W_SCALES8 = np.full(8, 0.01, np.float32)
+BIAS8 = np.arange(-400, 400, 100).astype("int32")
+CONV = {"padding": "VALID", "stride_h": 1, "stride_w": 1,
+        "fused_activation_function": "NONE"}
 
 
-@I.ir_module
-class PadConvFolded:
-    @R.function(private=True)
-    def conv_padded(x: R.Tensor((1, 6, 6, 4), "int8"),
-                    w: R.Tensor((3, 3, 4, 8), "int8")) -> R.Tensor((1, 6, 7, 8), "int32"):
-        R.func_attr({"Primitive": True})
-        with R.dataflow():
-            s = R.astype(x, "int16")
-            t = R.subtract(s, R.const(-3, "int16"))
-            y = R.nn.conv2d(t, w, padding=(1, 2, 1, 1), data_layout="NHWC",
-                            kernel_layout="HWIO", out_dtype="int32")
-            R.output(y)
-        return y
-
-    @R.function
-    def main(x: R.Tensor((1, 6, 6, 4), "int8"), w: R.Tensor((3, 3, 4, 8), "int8")):
-        cls = PadConvFolded
-        with R.dataflow():
-            y = cls.conv_padded(x, w)
-            R.output(y)
-        return y
+def pad_module(readers) -> tvm.IRModule:
+    """``main(x)``: PAD(s) of ``x`` (1x6x6x4, zero point -3) each read by what ``readers``
+    says: ``(pad op, pad value, "conv" | "pool" | "output")``."""
+    x = relax.Var("x", relax.TensorType((1, 6, 6, 4), "int8"))
+    bb = relax.BlockBuilder()
+    paddings = np.array([[0, 0], [1, 1], [2, 1], [0, 0]], np.int32)
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            outs = []
+            for k, (op, value, reader) in enumerate(readers):
+                inputs = [(x, 0.05, -3), (paddings,)]
+                if op == "PADV2":
+                    inputs.append((np.array([value], np.int8), 0.05, -3))
+                p = emit_operator(bb, op, inputs, ((1, 8, 9, 4), "int8", 0.05, -3), {},
+                                  name=f"p{k}")
+                if reader == "conv":
+                    p = emit_operator(bb, "CONV_2D", [(p, 0.05, -3), (W_OHWI, W_SCALES8),
+                                                      (BIAS8, W_SCALES8 * np.float32(0.05))],
+                                      ((1, 6, 7, 8), "int8", 0.1, -5), CONV, name=f"c{k}")
+                elif reader == "pool":
+                    p = emit_operator(bb, "MAX_POOL_2D", [(p, 0.05, -3)],
+                                      ((1, 6, 7, 4), "int8", 0.05, -3),
+                                      {"padding": "VALID", "stride_h": 1, "stride_w": 1,
+                                       "filter_height": 3, "filter_width": 3,
+                                       "fused_activation_function": "NONE"}, name=f"m{k}")
+                outs.append(p)
+            out = bb.emit_output(relax.Tuple(outs) if len(outs) > 1 else outs[0])
+        bb.emit_func_output(out)
+    return bb.get()
 
 
 def test_fold_pad_into_conv():
+    before = pad_module([("PAD", None, "conv")])
     pass_ = sp.FoldPad()
-    after = pass_(PadConv)
-    tvm.ir.assert_structural_equal(after, PadConvFolded)
-    assert pass_.folded == ["main:xp"]
-    x, w = int8((1, 6, 6, 4), 1), int8((3, 3, 4, 8), 2)
-    np.testing.assert_array_equal(run_vm(after, x, w)[0], run_vm(PadConv, x, w)[0])
-
-
-@I.ir_module
-class PadPoolAndShifts:
-    """PADs FoldPad must keep: one read by a max pool, one read by a convolution shifting by
-    another value, one read by a matching convolution but also a result of ``main``."""
-
-    @R.function(private=True)
-    def pad(x: R.Tensor((1, 6, 6, 4), "int8")) -> R.Tensor((1, 8, 8, 4), "int8"):
-        R.func_attr({"Primitive": True})
-        with R.dataflow():
-            y = R.nn.pad(x, [0, 0, 1, 1, 1, 1, 0, 0], pad_value=-3.0)
-            R.output(y)
-        return y
-
-    @R.function(private=True)
-    def pool(x: R.Tensor((1, 8, 8, 4), "int8")) -> R.Tensor((1, 6, 6, 4), "int8"):
-        R.func_attr({"Primitive": True})
-        with R.dataflow():
-            y = R.nn.max_pool2d(x, pool_size=(3, 3), layout="NHWC")
-            R.output(y)
-        return y
-
-    @R.function(private=True)
-    def conv_5(x: R.Tensor((1, 8, 8, 4), "int8"),
-               w: R.Tensor((3, 3, 4, 8), "int8")) -> R.Tensor((1, 6, 6, 8), "int32"):
-        R.func_attr({"Primitive": True})
-        with R.dataflow():
-            t = R.subtract(R.astype(x, "int16"), R.const(5, "int16"))
-            y = R.nn.conv2d(t, w, data_layout="NHWC", kernel_layout="HWIO", out_dtype="int32")
-            R.output(y)
-        return y
-
-    @R.function(private=True)
-    def conv_m3(x: R.Tensor((1, 8, 8, 4), "int8"),
-                w: R.Tensor((3, 3, 4, 8), "int8")) -> R.Tensor((1, 6, 6, 8), "int32"):
-        R.func_attr({"Primitive": True})
-        with R.dataflow():
-            t = R.subtract(R.astype(x, "int16"), R.const(-3, "int16"))
-            y = R.nn.conv2d(t, w, data_layout="NHWC", kernel_layout="HWIO", out_dtype="int32")
-            R.output(y)
-        return y
-
-    @R.function
-    def main(x: R.Tensor((1, 6, 6, 4), "int8"), w: R.Tensor((3, 3, 4, 8), "int8")):
-        cls = PadPoolAndShifts
-        with R.dataflow():
-            a = cls.pad(x)
-            pooled = cls.pool(a)
-            b = cls.pad(x)
-            shifted = cls.conv_5(b, w)
-            c = cls.pad(x)
-            kept = cls.conv_m3(c, w)
-            R.output(pooled, shifted, c, kept)
-        return (pooled, shifted, c, kept)
+    after = pass_(before)
+    relax.analysis.well_formed(after)
+    assert pass_.folded == ["main:p0"]
+    ((binding),) = [b for b in after["main"].body.blocks[0].bindings
+                    if not isinstance(b.value, relax.Var)]
+    assert binding.var.name == "c0" and binding.value.args[1].fields[0].name == "x"
+    description = OperatorDescription.of(after[binding.value.args[0]])
+    assert description.op == "CONV_2D" and description.inputs[0]["shape"] == [1, 6, 6, 4]
+    assert description.pad == {"paddings": [[0, 0], [1, 1], [2, 1], [0, 0]], "value": -3}
+    x = int8((1, 6, 6, 4), 1)
+    np.testing.assert_array_equal(run_vm(after, x)[0], run_vm(before, x)[0])
+    # read back, the folded kernel is the PAD and the convolution again
+    from tvm_serenity.frontend.relax_lift import operators_of
+    assert [op.op for op in operators_of(after).operators] == ["PAD", "CONV_2D"]
 
 
 def test_fold_pad_keeps_pads_it_cannot_fold():
+    """PADs FoldPad must keep: one read by a max pool, a PADV2 of another value read by a
+    convolution, one read by a convolution but also a result of ``main``."""
+    before = pad_module([("PAD", None, "pool"), ("PADV2", 5, "conv"), ("PAD", None, "output")])
     pass_ = sp.FoldPad()
-    assert pass_(PadPoolAndShifts).same_as(PadPoolAndShifts)
+    assert pass_(before).same_as(before)
     assert pass_.folded == []
 
 

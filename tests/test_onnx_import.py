@@ -10,6 +10,7 @@ values of each output are recorded as test properties and printed (``-s``)."""
 import numpy as np
 import onnx
 import pytest
+from tvm_serenity.frontend.relax_import import OperatorDescription
 import tvm
 from tvm import relax
 
@@ -31,7 +32,7 @@ def run_vm(mod, inputs, pipeline):
 def kernel_kinds(mod) -> set[str]:
     """The kinds of the integer kernels in ``mod`` (their names are ``<kind>_<binding>``)."""
     return {g.name_hint.rsplit("_", 1)[0] for g, f in mod.functions.items()
-            if isinstance(f, relax.Function) and f.attrs is not None and "Primitive" in f.attrs}
+            if OperatorDescription.of(f) is not None}
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,8 @@ from tvm_serenity.frontend import (ModelBuilder, UnsupportedOperatorError, load_
                                    parse_tflite, reference, tflite_to_graph)
 from tvm_serenity.frontend.interpreters import TFLM, available, model_inputs, run_interpreter
 from tvm_serenity.frontend.to_graph import GRAPH_OPS
-from tvm_serenity.frontend.relax_import import (SUPPORTED_OPS, from_tflite, kernel_function,
-                                                requantize, tensor_var_names)
+from tvm_serenity.frontend.relax_import import (SUPPORTED_OPS, OperatorDescription,
+                                                from_tflite, tensor_var_names)
 from tvm_serenity.memory import simulate
 from tvm_serenity.passes.convert import block_graph, is_op
 
@@ -71,27 +71,46 @@ def fuse(mod):
 
 
 # ------------------------------------------------------------------------- fixed-point helper
-def test_requantize_helper_matches_the_reference():
-    """The Relax requantization against reference.requantize: per-channel multipliers with
-    left shifts, zero and right shifts, exact rounding ties, and int32 extremes."""
+def test_kernel_requantization_on_llvm_matches_the_reference():
+    """The kernel family's requantization (kernels.requantize), built by TVM's llvm, against
+    reference.multiply_by_quantized_multiplier: per-channel multipliers with left shifts (the
+    shifted-out bits of a negative value, which TVM marks "no unsigned wrap"), zero and right
+    shifts, exact rounding ties, and int32 extremes; and once with the shift a run-time
+    value."""
+    from tvm.script.ir_builder import IRBuilder
+    from tvm.script.ir_builder import tirx as T
+    from tvm_serenity.codegen.kernels import requantize
+
     rng = np.random.default_rng(0)
     shifts = np.array([3, 1, 0, -1, -5, -12, -31, -20], dtype=np.int64)
     multipliers = np.array([1 << 30, (1 << 31) - 1, 1518500250, 1 << 30, 1431655765,
                             2004318071, 1 << 30, 1717986918], dtype=np.int64)
-    rq = reference.Requant(multipliers, shifts, -7, -100, 120)
     acc = rng.integers(-(1 << 31), 1 << 31, (64, 8), dtype=np.int64)
     acc[:8] = np.array([(1 << 31) - 1, -(1 << 31), 0, -1, 1, 2048, -2048, 6144])[:, None]
     acc[8:16] = (np.arange(-4, 4)[:, None] * 2 + 1) << np.maximum(-shifts - 1, 0)   # ties
+    acc[16:24] = rng.integers(-5000, 5000, (8, 8))                # small, negative, shifted
     acc = acc.astype(np.int32)
-    x = relax.Var("acc", relax.TensorType(acc.shape, "int32"))
-    bb = relax.BlockBuilder()
-    func, args = kernel_function("requantize", [x], lambda v: requantize(v, rq))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            out = bb.emit_output(relax.Call(bb.add_func(func, "requantize"), args))
-        bb.emit_func_output(out)
-    got = run_vm(tvm.compile(bb.get(), target="llvm"), [acc])[0]
-    np.testing.assert_array_equal(got, rq(acc))
+    want = reference.multiply_by_quantized_multiplier(acc.astype(np.int64), multipliers, shifts)
+
+    def build(runtime_shift: bool):
+        with IRBuilder() as builder:
+            with T.prim_func():
+                T.func_name("k")
+                x = T.arg("x", T.Buffer(acc.shape, "int32"))
+                s = T.arg("s", T.Buffer((8,), "int32"))
+                y = T.arg("y", T.Buffer(acc.shape, "int32"))
+                with T.serial(0, acc.shape[0]) as i:
+                    for c in range(8):
+                        shift = s[c] if runtime_shift else int(shifts[c])
+                        T.buffer_store(y, requantize(x[i, c], int(multipliers[c]), shift),
+                                       [i, c])
+        return tvm.tirx.build(builder.get().with_attr("global_symbol", "k"), target="llvm")
+
+    for runtime_shift in (False, True):
+        out = tvm.runtime.tensor(np.zeros_like(acc))
+        build(runtime_shift)["k"](tvm.runtime.tensor(acc),
+                                  tvm.runtime.tensor(shifts.astype(np.int32)), out)
+        np.testing.assert_array_equal(out.numpy(), want)
 
 
 # ------------------------------------------------------------------------ single operators
@@ -128,14 +147,16 @@ def test_unsupported_operator_is_named():
 
 
 def test_strided_slice_is_gathers_and_rejections_are_the_references():
-    """STRIDED_SLICE lowers to ``take`` on the sliced axes only (none for the batch and channel
-    axes of the NASNet crop), refuses what the reference refuses, with its message, and is a
-    plain ``strided_slice`` node of the graph IR."""
+    """STRIDED_SLICE is a call of its described kernel, refuses what the reference refuses,
+    with its message, and is a plain ``strided_slice`` node of the graph IR."""
     import tflite_cases
 
     model = parse_tflite(STRIDED_SLICE_MODELS["strided_slice_crop"]())
-    text = from_tflite(model)["strided_slice_0"].script()
-    assert text.count("R.take(") == 2 and "axis=1" in text and "axis=2" in text
+    mod = from_tflite(model)
+    (binding,) = mod["main"].body.blocks[0].bindings
+    assert is_op(binding.value, "relax.call_tir")
+    kernel = mod[binding.value.args[0]]
+    assert OperatorDescription.of(kernel).op == "STRIDED_SLICE"
     bad = parse_tflite(tflite_cases.strided_slice((1, 5, 5, 3), [0, 1, 1, 0], [1, 5, 5, 3],
                                                   [1, 1, 1, 1], (1, 4, 4, 3), ellipsis_mask=1),
                        "ellipsis.tflite")
@@ -167,9 +188,11 @@ def test_one_kernel_per_operator_named_after_its_tensor():
         assert b.var.name == names[op.outputs[0]]
         assert [int(d) for d in b.var.ty.shape.values] == list(out.shape)
         assert b.var.ty.dtype == out.dtype
-        kernel = mod[b.value.op]            # a call of a kernel, nothing else in main
-        assert kernel.attrs["Primitive"]
-        assert b.value.op.name_hint.rsplit("_", 1)[0] == GRAPH_OPS.get(op.op, op.op.lower())
+        # a call of a kernel, nothing else in main (RESHAPE: a Relax function, a view)
+        gvar = b.value.op if op.op == "RESHAPE" else b.value.args[0]
+        assert is_op(b.value, "relax.call_tir") != (op.op == "RESHAPE")
+        assert OperatorDescription.of(mod[gvar]).op == op.op
+        assert gvar.name_hint == f"{GRAPH_OPS.get(op.op, op.op.lower())}_{op.index}"
     # readable names: the TFLite name up to ';', sanitized, unique
     assert names[model.inputs[0]] == "input_0_f_1"
     assert names[model.outputs[0]] == "t_1422"

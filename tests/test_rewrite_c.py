@@ -26,7 +26,6 @@ from tvm_serenity.codegen.graph_c import emit_model
 from tvm_serenity.codegen.spec import CodegenError
 from tvm_serenity.errors import SerenityError
 from tvm_serenity.deploy import compile_tflite, load_plan, run
-from tvm_serenity.frontend import UnsupportedOperatorError
 from tvm_serenity.frontend.builder import ModelBuilder
 from tvm_serenity.graph import Graph
 from tvm_serenity.memory import simulate
@@ -121,7 +120,7 @@ def test_rewritten_cell_is_bit_exact_on_host_with_a_smaller_arena(tmp_path, cell
 @needs_cc
 def test_kernel_wise_slices_with_depth_multiplier_2(tmp_path):
     """Output channel c*2 + m reads input channel c: each slice takes its branch's 2*C_i
-    output channels (the unrewritten C path has no depthwise kernel for multiplier 2)."""
+    output channels (the unrewritten C path runs multiplier 2 as the dense convolution)."""
     rng = np.random.default_rng(0)
     b = ModelBuilder()
     shape, q = (1, 8, 8, 4), (0.06, -5)
@@ -141,8 +140,8 @@ def test_kernel_wise_slices_with_depth_multiplier_2(tmp_path):
                     "fused_activation_function": "RELU6"})
     path = tmp_path / "depth_multiplier_2.tflite"
     path.write_bytes(b.build([x], [y]))
-    with pytest.raises(UnsupportedOperatorError, match="depth multiplier"):
-        compile_tflite(path, "host", tmp_path / "plain", build=False)
+    plain = compile_tflite(path, "host", tmp_path / "plain")
+    _seeds_bit_exact(plain.out_dir, plain.emitted.input_bytes)
     compiled = compile_tflite(path, "host", tmp_path / "out", rewrite=True)
     r = compiled.rewrite
     assert [p for p, _ in r.applied] == [KERNEL] and (r.peak_before, r.peak_after) == (2048, 1152)

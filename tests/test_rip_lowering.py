@@ -23,8 +23,11 @@ from tvm_serenity.frontend.builder import ModelBuilder
 from tvm_serenity.frontend.tflite_model import load_tflite
 from tflite_cases import add_conv
 from tvm_serenity.passes.convert import is_op
-from tvm_serenity.passes.rip import SPECS_ATTR, conv_kernel_spec, shift_func
+from tvm_serenity.passes.described import described_call
+from tvm_serenity.passes.rip import shift_func
 from tvm_serenity.codegen.spec import LayerSpec
+from tvm_serenity.frontend.relax_import import spatial_pad
+from tvm_serenity.frontend.to_graph import operator_node
 
 TARGET = tvm.target.Target("llvm")
 IN_SHAPE = (1, 7, 8, 8)
@@ -83,35 +86,39 @@ def _inplace_calls(mod):
             if is_op(b.value, "relax.call_tir_inplace")}
 
 
-def test_kernel_specs_read_from_the_imported_kernels(case):
+def _convs(mod):
+    """binding -> (op, geometry) of every described convolution call of ``main``."""
+    out = {}
+    for name, value in _bindings(mod).items():
+        call = described_call(mod, value)
+        if call is not None and call.op in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+            model, op = call.model()
+            node = operator_node(model, op, spatial_pad(call.description))
+            out[name] = (call.op, {k: node.attrs[k] for k in ("in_shape", "stride", "padding")})
+    return out
+
+
+def test_convolutions_are_read_from_their_descriptions(case):
     mod, _, _ = case
-    specs = {gv.name_hint: conv_kernel_spec(f) for gv, f in mod.functions.items()}
-    assert {k: v["op"] for k, v in specs.items() if v} == {
-        "conv2d_0": "conv2d", "depthwise_conv2d_1": "depthwise_conv2d",
-        "conv2d_3": "conv2d", "depthwise_conv2d_4": "depthwise_conv2d",
-        "conv2d_5": "conv2d"}
-    assert specs["add_2"] is None
-    dw = specs["depthwise_conv2d_4"]
-    assert (dw["stride"], dw["padding"], dw["act_min"] <= dw["act_max"]) == \
-        ([2, 2], [1, 1, 0, 1], True)
+    convs = _convs(mod)
+    assert {k: v[0] for k, v in convs.items()} == {
+        "t3": "CONV_2D", "t6": "DEPTHWISE_CONV_2D", "t10": "CONV_2D",
+        "t13": "DEPTHWISE_CONV_2D", "t16": "CONV_2D"}
+    assert convs["t13"][1] == {"in_shape": [1, 7, 8, 16], "stride": [2, 2],
+                               "padding": [1, 1, 0, 1]}
 
 
-def test_specs_reject_grouped_and_multiplier_and_follow_foldpad():
-    """Grouped convs and depth multipliers have no RiP kernel; a kernel FoldPad widened is read
-    with its folded padding (PAD (1, 2) x (2, 1) into a VALID depthwise)."""
+def test_folded_padding_is_read_from_the_description():
+    """A kernel FoldPad widened is read with its folded padding (PAD (1, 2) x (2, 1) into a
+    VALID depthwise); its input is the function parameter: nothing to lower."""
     import tflite_cases as tc
     from tvm_serenity.frontend.tflite_model import parse_tflite
 
-    for name in ("conv_grouped", "depthwise_mult2"):
-        mod = ri.from_tflite(parse_tflite(tc.SINGLE_OP_MODELS[name](), f"{name}.tflite"))
-        assert [conv_kernel_spec(f) for f in mod.functions.values()] == [None, None]
     mod = ri.from_tflite(parse_tflite(tc._pad_conv_chain(), "pad_conv.tflite"))
     folded = sp.FoldPad()(mod)
-    specs = [s for s in map(conv_kernel_spec, folded.functions.values()) if s]
-    assert len(specs) == 1
-    assert (specs[0]["in_hwc"], specs[0]["padding"], specs[0]["stride"]) == \
+    ((_, (op, geometry)),) = _convs(folded).items()
+    assert (geometry["in_shape"][1:], geometry["padding"], geometry["stride"]) == \
         ([9, 9, 4], [1, 2, 2, 1], [2, 2])
-    # its input is the function parameter: nothing to lower
     p = sp.RiPLowering()
     p(folded)
     assert p.lowered == [] and list(p.skipped.values()) == ["input is a function parameter"]
@@ -123,16 +130,16 @@ def test_structure_alone(case):
     low = tvm.transform.Sequential([p])(mod)
     assert p.lowered == LOWERED and p.skipped == KEPT
     calls = _inplace_calls(low)
-    assert sorted(calls) == ["t10_rip_out", "t13_rip_out", "t16_rip_out"]
+    assert sorted(calls) == ["t10_rip", "t13_rip", "t16_rip"]
     for b in calls.values():
-        assert [int(i) for i in b.value.attrs.inplace_indices] == [0, -1]
+        assert [int(i) for i in b.value.attrs.inplace_indices] == [0]
         kernel = low[b.value.args[0]]
         assert isinstance(kernel, tvm.tirx.PrimFunc)
         assert b.value.args[0].name_hint.endswith("_rip")
     values = _bindings(low)
     # the kept convolutions still call their kernels; the lowered kernels are gone
-    assert values["t3"].op.name_hint == "conv2d_0"
-    assert values["t6"].op.name_hint == "depthwise_conv2d_1"
+    assert values["t3"].args[0].name_hint == "conv2d_0"
+    assert values["t6"].args[0].name_hint == "depthwise_conv2d_1"
     names = {gv.name_hint for gv in low.functions}
     assert "conv2d_3" not in names and "depthwise_conv2d_4" not in names
     relax.analysis.well_formed(low)
@@ -148,7 +155,8 @@ def test_input_still_used_is_not_lowered(case):
     mod, _, _ = case
     low = sp.RiPLowering()(mod)
     for name in ("t3", "t6"):
-        assert not is_op(_bindings(low)[name], "relax.call_tir_inplace", "relax.call_tir")
+        value = _bindings(low)[name]
+        assert is_op(value, "relax.call_tir") and not value.args[0].name_hint.endswith("_rip")
 
 
 def test_execution_alone_bit_exact(case):
@@ -164,23 +172,21 @@ def test_execution_alone_bit_exact(case):
 def test_in_serenity_pipeline(case):
     mod, inputs, expected = case
     assert "serenity.RiPLowering" in [f().info.name for f in sp.AFTER_SCHEDULE]
-    assert "serenity.RiPAnnotate" == [f().info.name for f in sp.BEFORE_LEGALIZE][-1]
     # off by default: the registered pipeline leaves the module's kernels alone
     default = sp.serenity_pipeline()
     assert not any(getattr(p, "enabled", False) for p in default.passes)
-    # up to AFTER_SCHEDULE: annotate before legalize, then lower after the schedule
+    # after the schedule the kernels still say what they compute: lowered from there
     staged = tvm.transform.Sequential([
         *cpu.library_dispatch_passes(TARGET),
         *(factory(rip=True) for factory in sp.BEFORE_LEGALIZE),
         *cpu.legalize_passes(TARGET),
         sp.MemoryAwareSchedule(),
     ])(mod)
-    assert SPECS_ATTR in staged.attrs
     assert not _inplace_calls(staged)
     p = sp.RiPLowering()
     lowered = p(staged)
     assert p.lowered == LOWERED and p.skipped == KEPT
-    assert sorted(_inplace_calls(lowered)) == ["t10_rip_out", "t13_rip_out", "t16_rip_out"]
+    assert sorted(_inplace_calls(lowered)) == ["t10_rip", "t13_rip", "t16_rip"]
     # the whole pipeline with RiP on (ArenaPlan included), executed
     ex = tvm.compile(mod, target=TARGET, relax_pipeline=sp.serenity_pipeline(rip=True))
     vm = relax.VirtualMachine(ex, tvm.cpu())
@@ -238,21 +244,20 @@ def _padded(n, a=64):
 def test_rip_kernels_run_in_the_arena_on_llvm(chain):
     """With rip=True every lowered kernel runs on its slice of ArenaPlan's arena: no copy in
     or out (only the function result is copied out of its workspace, and inputs the plan
-    shifts are memmoved right in place), the arena drops to the largest RiP workspace plus its
-    kernel's scratch, and the outputs stay bit-identical to the reference interpreter."""
+    shifts are memmoved right in place), the arena drops to the largest RiP workspace (the
+    kernels' int32 scratch is their own, outside the arena), and the outputs stay
+    bit-identical to the reference interpreter."""
     mod, inputs, expected = chain
     plain, off = _planned(mod, rip=False)
     low, on = _planned(mod, rip=True)
     # without RiP: a 1 KiB input and a 1 KiB output at once
     assert off["arena_bytes"] == 2 * int(np.prod(CHAIN_SHAPE)) and off["in_place"] == []
-    # with RiP: each step needs the workspace S (gap rounded up to 64 B) and the int32 scratch
-    need = [layer.input_bytes + _padded(layer.rip_input_offset)
-            + _padded(4 * max(layer.scratch_elements, 1)) for layer in _chain_layers()]
+    # with RiP: each step needs the workspace S (gap rounded up to 64 B)
+    need = [layer.input_bytes + _padded(layer.rip_input_offset) for layer in _chain_layers()]
     assert on["arena_bytes"] == on["lower_bound_bytes"] == max(need) < off["arena_bytes"]
-    # (the two depthwise layers have equal kernels: BlockBuilder keeps one PrimFunc)
     assert on["in_place"] == ["depthwise_conv2d_1_rip", "conv2d_2_rip",
-                              "depthwise_conv2d_1_rip", "conv2d_4_rip"]
-    assert set(on["moved"]) <= {"depthwise_conv2d_1_rip"}
+                              "depthwise_conv2d_3_rip", "conv2d_4_rip"]
+    assert set(on["moved"]) <= {"depthwise_conv2d_1_rip", "depthwise_conv2d_3_rip"}
     callees = _callees(low)
     assert not [c for c in callees if c.endswith("_rip_place")]
     assert [c for c in callees if c.endswith("_rip_take")] == ["conv2d_4_rip_take"]
@@ -287,17 +292,15 @@ def test_groups_the_plan_cannot_lay_out(chain, apart):
     low, arena = staged(apart=apart)
     assert arena["in_place"] == ["conv2d_2_rip", "conv2d_4_rip"] and arena["moved"] == []
     callees = _callees(low)
-    runs = {"dual": "depthwise_conv2d_1_rip_dual", "copies": "depthwise_conv2d_1_rip_place"}
-    assert callees.count(runs[apart]) == 2
-    assert not [c for c in callees if c in runs.values() and c != runs[apart]]
-    assert arena["dual"] == ([runs["dual"]] * 2 if apart == "dual" else [])
+    duals = [c for c in callees if c.endswith("_rip_dual")]
+    places = [c for c in callees if c.endswith("_rip_place")]
+    assert (len(duals), len(places)) == ((2, 0) if apart == "dual" else (0, 2))
+    assert arena["dual"] == duals
     prims = {g.name_hint for g, f in low.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
     assert not {c for c in prims if "_rip" in c} - set(callees)
     vm = relax.VirtualMachine(tvm.compile(low, target=TARGET), tvm.cpu())
     for x, e in zip(inputs, expected):
         np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x)).numpy(), e)
-    # the dual kernel adds its int32 scratch to x + y; with copies the scratch sits beside
-    # the workspace alone (x is dead once copied): here the copies need less
     _, best = staged()
     _, other = staged(apart="copies" if apart == "dual" else "dual")
     assert best["arena_bytes"] == min(arena["arena_bytes"], other["arena_bytes"])

@@ -3,18 +3,18 @@
 import numpy as np
 import tvm
 import tvm_ffi
-from tvm import relax
+from tvm import relax, tirx
 
 from tflite_cases import model_path
 from tvm_serenity.frontend import load_tflite
 from tvm_serenity.frontend.reference import Interpreter
-from tvm_serenity.frontend.relax_import import OPERATOR_ATTR, from_tflite
+from tvm_serenity.frontend.relax_import import OPERATOR_ATTR, from_tflite, kernel_callee
 from tvm_serenity.passes import ShareKernels
 
 
 def _kernels(mod):
-    return {gv: f for gv, f in mod.functions.items()
-            if isinstance(f, relax.Function) and f.attrs is not None and "Primitive" in f.attrs}
+    return {gv: f for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc) or (
+        isinstance(f, relax.Function) and f.attrs is not None and "Primitive" in f.attrs)}
 
 
 def test_identical_kernels_are_merged_and_the_module_computes_the_same():
@@ -32,7 +32,7 @@ def test_identical_kernels_are_merged_and_the_module_computes_the_same():
             distinct.append(f)
     assert len(kernels) == len(distinct) < len(bare) and share.merged == len(bare) - len(distinct)
     assert not any(OPERATOR_ATTR in f.attrs for f in kernels.values())
-    called = {b.value.op for b in out["main"].body.blocks[0].bindings}
+    called = {kernel_callee(b.value)[0] for b in out["main"].body.blocks[0].bindings} - {None}
     assert called == set(kernels)
     model = load_tflite(path)
     x = np.random.default_rng(2).integers(-128, 128, model.tensors[model.inputs[0]].shape,

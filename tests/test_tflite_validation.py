@@ -13,7 +13,8 @@ import pytest
 
 from tflite_cases import all_model_files, model_path
 from tvm_serenity.codegen.graph_c import integer_core
-from tvm_serenity.deploy import compile_tflite
+from toolchain import needs_cc
+from tvm_serenity.deploy import compile_tflite, run
 from tvm_serenity.errors import SerenityError
 from tvm_serenity.frontend import reference as ref
 from tvm_serenity.frontend.builder import ModelBuilder
@@ -313,17 +314,19 @@ def test_extreme_but_defined_scales_are_bit_exact_with_tflm():
     assert np.array_equal(ours, theirs)
 
 
+@needs_cc
 def test_mcu_path_names_operators_by_their_index_in_the_file(tmp_path):
-    """The integer core drops the float QUANTIZE (operator 0); the emitter's refusal of the
-    grouped CONV_2D still calls it operator 1, as the file does."""
+    """The integer core drops the float QUANTIZE (operator 0); the build still calls the
+    grouped CONV_2D operator 1 (node ``conv2d_1``), as the file does, and runs it (as the
+    dense convolution) bit-exact with the reference."""
     path = tmp_path / "grouped.tflite"
     path.write_bytes(float_edged(grouped_conv))
     core = integer_core(load_tflite(path))
     assert [op.index for op in core.model.operators] == [1]
     assert core.model.operator(1).op == "CONV_2D"
-    with pytest.raises(SerenityError, match=r"grouped\.tflite: operator 1 \(CONV_2D\): "
-                                            r"grouped convolution \(groups=2\)"):
-        compile_tflite(path, "host", tmp_path / "out", build=False)
+    compiled = compile_tflite(path, "host", tmp_path / "out")
+    assert "conv2d_1" in compiled.graph.op_names
+    run(compiled.out_dir)               # every output byte checked against the reference
 
 
 @pytest.mark.parametrize("rel", all_model_files())

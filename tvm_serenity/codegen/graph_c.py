@@ -25,7 +25,7 @@ What ``model.c`` holds (the :mod:`tvm_serenity.micro` contract):
   :mod:`.ops` (ARG_MAX's int32 indices are an activation like any other,
   ``MODEL_OUTPUT<i>_TYPE`` ``int32_t``);
   which kernel an operator runs and with which arguments is
-  :func:`.kernel_call.kernel_call`'s answer (meant for the llvm route too); this module
+  :func:`.kernel_call.kernel_call`'s answer (the llvm route runs the same kernels); this module
   renders it as C;
 * zero-copy I/O in TFLite Micro's spirit, any number of inputs and outputs:
   ``void *model_input(int i)`` / ``void *model_output(int i)`` return ``arena + offset`` of

@@ -18,15 +18,15 @@ with which arguments, for both back ends.
   elements).
 
 :mod:`.graph_c` renders a call as C (arena pointers, ``static const`` arrays, the shared
-``scratch16`` / ``scratch32``; its in-place and identity-rewrite variants stay its own). The
-same calls are what a Relax lowering for llvm will emit as ``R.call_tir`` of the PrimFunc
-(inputs and tables as arguments, output and scratch as results; not written yet: the llvm
-build still legalizes :mod:`tvm_serenity.frontend.relax_import`'s expressions, except for the
-RiP convolutions and their dual-layout fallbacks). ``in_place`` picks the RiP layout of the
+``scratch16`` / ``scratch32``; its in-place and identity-rewrite variants stay its own);
+:meth:`KernelCall.relax_func` gives the same PrimFunc in the form ``R.call_tir`` calls, which
+:func:`tvm_serenity.frontend.relax_import.operator_call` emits for every operator of a Relax
+module (so the llvm build runs these kernels too). ``in_place`` picks the RiP layout of the
 graph emitter's in-place steps (the workspace is the node's ``inplace`` bytes). A node of a
 patch plan (:mod:`tvm_serenity.rewrite.patch`) describes its region: an elementwise kernel's
 element count is the node's shape, a window kernel's input shape and padding are the node's
-and its row pitches those of ``attrs["patch"]``.
+and its row pitches those of ``attrs["patch"]``. A grouped CONV_2D, and a DEPTHWISE_CONV_2D
+with a depth multiplier, run as the dense convolution (zero weights outside each group).
 
 Refusals are :class:`~tvm_serenity.frontend.tflite_model.UnsupportedOperatorError` naming the
 operator (``<model>: operator #k (OP)``) or a kernel generator's
@@ -47,7 +47,7 @@ from ..frontend.reference import (activation_range, add_params, conv_params, con
 from ..frontend.tflite_model import Operator, Tensor, TFLiteModel, UnsupportedOperatorError
 from . import elementwise_ops as ew
 from . import layout_ops as lo
-from .kernels import make_prim_func
+from .kernels import make_prim_func, relax_abi
 from .ops import (FLOAT_MATH, OpKernel, arg_max_kernel, log_softmax_float_kernel,
                   softmax_float_kernel)
 from .spec import AddRescale, CodegenError, LayerSpec, pack_conv2d_weight
@@ -69,11 +69,13 @@ class Result:
 
 @dataclass(frozen=True)
 class Table:
-    """A constant array argument ``name`` (the C array is ``<node>_<name>``), flat."""
+    """A constant array argument ``name`` (the C array is ``<node>_<name>``), flat;
+    ``operand``: the operator input it is, for a constant operand passed as data (MUL/ADD)."""
 
     name: str
     dtype: str
     values: np.ndarray = field(compare=False)
+    operand: int | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,45 @@ class KernelCall:
         if self.spec is not None:
             return make_prim_func(self.spec, self.layout)
         return None if self.prim_func is None else self.prim_func()
+
+    def relax_func(self, operand_types, result_type):
+        """The PrimFunc of this call in the form ``R.call_tir`` calls
+        (:func:`.kernels.relax_abi`: the same body), and the call's arguments in its parameter
+        order (:class:`Operand` and :class:`Table` entries). ``operand_types[i]`` is the
+        ``(shape, dtype)`` of operator input ``i``, ``result_type`` the output's; a kernel in
+        the RiP layout keeps its flat workspace, the buffer of ``R.call_tir_inplace``. The
+        scratch is the function's own."""
+        func = self.make_prim_func()
+        if func is None:
+            raise CodegenError(f"operator #{self.op.index} ({self.op.op}): no TIR kernel")
+        in_place = self.layout == "rip" and self.spec is not None
+        roles, views, inputs = [], [], []
+        for a in self.args:
+            if isinstance(a, Scratch):
+                roles.append("scratch")
+                views.append(None)
+            elif isinstance(a, Result):
+                roles.append("inout" if in_place else "out")
+                views.append(None if in_place else result_type)
+            else:
+                roles.append("in")
+                views.append(operand_types[a.index] if isinstance(a, Operand) else None)
+                inputs.append(a)
+        return relax_abi(func, roles, views), inputs
+
+
+def _dense(weights: np.ndarray, groups: int) -> np.ndarray:
+    """The OHWI weights of a grouped convolution (a depthwise one with a depth multiplier:
+    one input channel per group) as a dense one's: each output channel's weights at its
+    group's input channels, zero elsewhere (the same sums: the products added are those of the
+    grouped convolution, plus zeros)."""
+    cout, kh, kw, cin_g = weights.shape
+    dense = np.zeros((cout, kh, kw, cin_g * groups), np.int8)
+    per_group = cout // groups
+    for o in range(cout):
+        g = o // per_group
+        dense[o, :, :, g * cin_g:(g + 1) * cin_g] = weights[o]
+    return dense
 
 
 def _scale_zp(t: Tensor) -> tuple[float, int]:
@@ -157,7 +198,7 @@ class _Calls:
         if t.dtype != "int8" or t.quant is None:
             raise self.unsupported(f"constant operand {i} ('{t.name}') is {t.dtype}; only int8 "
                                    "constants are supported")
-        return Table(f"operand{i}", "int8", t.data)
+        return Table(f"operand{i}", "int8", t.data, operand=i)
 
     def bias(self, units: int) -> np.ndarray:
         i = self.op.inputs[2] if len(self.op.inputs) > 2 else -1
@@ -195,15 +236,19 @@ class _Calls:
             w = self.tensor(1).data
             if op.op == "CONV_2D":
                 if a["groups"] != 1:
-                    raise self.unsupported(f"grouped convolution (groups={a['groups']})")
+                    w = _dense(w, a["groups"])
+                spec = LayerSpec.conv2d(in_hwc, out.shape[3], dilation=tuple(a["dilation"]),
+                                        **geometry, **quant)
+                dense = True
+            elif out.shape[3] != in_hwc[2]:     # a depth multiplier: as the dense convolution
+                w, dense = _dense(np.transpose(w, (3, 1, 2, 0)), in_hwc[2]), True
                 spec = LayerSpec.conv2d(in_hwc, out.shape[3], dilation=tuple(a["dilation"]),
                                         **geometry, **quant)
             else:
-                if out.shape[3] != in_hwc[2]:
-                    raise self.unsupported("depth multiplier != 1")
+                dense = False
                 spec = LayerSpec.depthwise_conv2d(in_hwc, dilation=tuple(a["dilation"]),
                                                   **geometry, **quant)
-            tables = [Table("weight", "int32", pack_conv2d_weight(w)) if op.op == "CONV_2D"
+            tables = [Table("weight", "int32", pack_conv2d_weight(w)) if dense
                       else Table("weight", "int8", w),
                       Table("bias", "int32", self.bias(out.shape[3])),
                       Table("multiplier", "int32", rq.multiplier),

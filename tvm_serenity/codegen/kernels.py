@@ -97,6 +97,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from .spec import PACK, CodegenError, LayerSpec, kernel_params
+from tvm.s_tir import SBlock, SBlockRealize
 
 COPY_UNROLL = 4     # copies of a gather / row-copy body per loop iteration
 ROW_BLOCK = 3       # adjacent outputs one channel-wise window pass computes (sharing weights)
@@ -152,6 +153,46 @@ def prim_func(symbol: str, params, emit) -> tirx.PrimFunc:
     return builder.get().with_attr("global_symbol", symbol)
 
 
+#: TVM's ``OpPatternKind::kOpaque``: FuseOps fuses nothing into a call of such a PrimFunc.
+OP_PATTERN_OPAQUE = 8
+#: Parameter roles of :func:`relax_abi`.
+ABI_ROLES = ("in", "out", "inout", "scratch")
+
+
+def relax_abi(func: tirx.PrimFunc, roles, views) -> tirx.PrimFunc:
+    """``func`` (flat buffer parameters in its C ABI order, as the MCU C calls it) as a PrimFunc
+    Relax's ``R.call_tir`` calls, with the same body: one kernel, two calling conventions.
+
+    Parameter ``k`` has role ``roles[k]``: ``"in"`` (an argument of the call), ``"out"`` (the
+    call's result: moved to the end, as ``call_tir`` passes it), ``"inout"`` (stays in place:
+    the buffer of ``call_tir_inplace``) or ``"scratch"`` (work memory: no parameter, an
+    allocation of the function's own, which TVM's host runtime provides). ``views[k]``, a
+    ``(shape, dtype)`` or None, declares the parameter as the Relax tensor it is passed (any
+    shape, any dtype of the same bytes, e.g. a float32 tensor for an int8 byte buffer); the
+    kernel's flat buffer is then a view of that tensor's data."""
+    if len(roles) != len(func.params) or len(views) != len(func.params) \
+            or any(r not in ABI_ROLES for r in roles):
+        raise CodegenError(f"relax_abi: {len(func.params)} parameters, roles {list(roles)}")
+    declared, views_first, heads, tails = [], [], [], []
+    for k, (buffer, role, view) in enumerate(zip(func.params, roles, views)):
+        if role == "scratch":
+            declared.append(tirx.AllocBuffer(buffer))
+            continue
+        param = buffer
+        if view is not None:
+            shape, dtype = view
+            param = tirx.decl_buffer(tuple(int(d) for d in shape), dtype,
+                                     name=f"{buffer.name}_{k}")
+            views_first.append(tirx.DeclBuffer(buffer, data=param.data))
+        (tails if role == "out" else heads).append(param)
+    # a root block, as TVM's own kernels have (Relax's analyses of call_tir callees need one);
+    # opaque to FuseOps (TVM's kOpaque: the kernel is fused already, one operator each)
+    body = SBlockRealize([], True, SBlock([], [], [], "root",
+                                          tirx.SeqStmt([*views_first, *declared, func.body])))
+    return tirx.PrimFunc(heads + tails, body, func.ret_type, func.attrs).with_attr(
+        "op_pattern", OP_PATTERN_OPAQUE)
+
+
 def _if_else(condition, then_body, else_body):
     with T.If(condition):
         with T.Then():
@@ -203,7 +244,8 @@ def requantize(x, multiplier, shift):
     Python ints (folded).  Preconditions: ``0 <= multiplier < 2^31`` (``QuantizeMultiplier``),
     ``-31 <= shift <= 30``.
 
-    * ``x << max(shift, 0)`` is done on uint32, so it wraps like TFLite's ``x * (1 << s)``.
+    * ``x << max(shift, 0)`` is done on uint32 (the bits shifted out masked off first), so it
+      wraps like TFLite's ``x * (1 << s)``.
     * ``SaturatingRoundingDoublingHighMul(a, m) = floor((a*m + 2^30) / 2^31)`` (gemmlowp's
       negative nudge followed by a truncating division gives the same floor; its saturating
       case needs ``m = INT32_MIN``).  With ``a = ah*2^16 + al``, ``m = mh*2^16 + ml``
@@ -230,9 +272,21 @@ def requantize(x, multiplier, shift):
     else:
         left = _let("left", shift & tirx.bitwise_not(shift >> 31))      # max(shift, 0)
         right = _let("right", left - shift)
-    shifted = _let("shifted", _cast("int32", _u32(x) << _u32(left)))
-    x_low = _let("x_low", _u32(shifted) & tirx.const(0xFFFF, "uint32"), "uint32")
-    x_high = _let("x_high", shifted >> 16)
+    if isinstance(left, int) and not left:
+        shifted = _let("shifted", x)
+        x_low = _let("x_low", _u32(shifted & 0xFFFF), "uint32")
+        x_high = _let("x_high", shifted >> 16)
+    else:
+        # on x's bits, the bits shifted out masked off first (LLVM marks TVM's uint32 shifts
+        # "no unsigned wrap"); int32 <-> uint32 by reinterpreting (C: the same object read as
+        # its signed/unsigned type), which TVM's simplifier does not fold into the arithmetic
+        # around it (its cast chains and bounds are unsound across the sign bit)
+        limit = tirx.const(0xFFFFFFFF >> left, "uint32") if isinstance(left, int) else \
+            tirx.const(0xFFFFFFFF, "uint32") >> _u32(left)
+        unshifted = tirx.reinterpret("uint32", _let("unshifted", x))
+        bits = _let("bits", (unshifted & limit) << _u32(left), "uint32")
+        x_low = _let("x_low", bits & tirx.const(0xFFFF, "uint32"), "uint32")
+        x_high = _let("x_high", tirx.reinterpret("int32", bits) >> 16)
     m_low = _let("m_low", _u32(multiplier) & tirx.const(0xFFFF, "uint32"), "uint32")
     m_high = _let("m_high", _cast("int32", multiplier) >> 16)
     low = _let("low", x_low * m_low, "uint32")

@@ -59,6 +59,7 @@ from tvm.relax.frontend.onnx import from_onnx as tvm_from_onnx
 
 from ..errors import SerenityError
 from ..passes.convert import is_op
+from .relax_import import OperatorDescription, kernel_callee
 from ..passes.fakequant import LowerFakeQuant, layout_change
 
 __all__ = ["ONNXError", "from_onnx", "onnx_reference_int8", "quantize_outputs",
@@ -431,9 +432,9 @@ class _ToNHWC:
 
 
 # ====================================================================== the check
-def _float_ops(func: relax.Function) -> list[str]:
-    """The Relax operators of ``func`` other than kernel calls, int8 data movement, tuples and
-    the dequantize of an output."""
+def _float_ops(mod: tvm.IRModule, func: relax.Function) -> list[str]:
+    """The Relax operators of ``func`` other than described integer kernel calls, int8 data
+    movement, tuples and the dequantize of an output."""
     var2val = relax.analysis.get_var2val(func)
 
     def source(expr):                       # through ``y = x`` aliases
@@ -449,8 +450,9 @@ def _float_ops(func: relax.Function) -> list[str]:
     for block in func.body.blocks:
         for b in block.bindings:
             v = b.value
-            if isinstance(v, (relax.Tuple, relax.TupleGetItem, relax.Var)) \
-                    or (isinstance(v, relax.Call) and isinstance(v.op, relax.GlobalVar)):
+            kernel = kernel_callee(v)[0]
+            if isinstance(v, (relax.Tuple, relax.TupleGetItem, relax.Var)) or (
+                    kernel is not None and OperatorDescription.of(mod[kernel]) is not None):
                 continue
             if is_op(v, *_DATA_MOVES) and v.args[0].ty.dtype == "int8":
                 continue
@@ -476,10 +478,11 @@ def _culprits(model: onnx.ModelProto, op: str) -> list[str]:
             if n.op_type.lower() in types]
 
 
-def _check(model: onnx.ModelProto, where: str, func: relax.Function, lower: LowerFakeQuant):
-    """Raise :class:`ONNXError` for the first operator of ``func`` left in float, preferring one
-    LowerFakeQuant found no kernel for, then any but a (de)quantize (which only follow)."""
-    left = _float_ops(func)
+def _check(model: onnx.ModelProto, where: str, mod: tvm.IRModule, lower: LowerFakeQuant):
+    """Raise :class:`ONNXError` for the first operator of ``mod``'s ``main`` left in float,
+    preferring one LowerFakeQuant found no kernel for, then any but a (de)quantize (which only
+    follow)."""
+    left = _float_ops(mod, mod["main"])
     if not left:
         return
     op = next((o for o in left if o.split()[0] in lower.unlowered),
@@ -516,7 +519,7 @@ def from_onnx(model: str | os.PathLike | onnx.ModelProto) -> tvm.IRModule:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")             # what stays in float is an error below
         mod = lower(mod)
-    _check(model, where, mod["main"], lower)
+    _check(model, where, mod, lower)
     return mod
 
 

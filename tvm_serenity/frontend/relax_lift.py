@@ -11,9 +11,11 @@ TFLite's builtin, options, each input's tensor and quantization and where its va
 
 * ``main``'s parameters are the model's inputs (their name and quantization: what their first
   reader says), its result (one tensor or a tuple) the outputs;
-* each binding ``y = kernel(args...)`` is one operator whose inputs are the tensors of the
-  variables passed (a constant argument, e.g. the constant operand of a MUL, becomes a
-  constant tensor) and the description's own constants; ``y`` is its output tensor;
+* each binding ``y = R.call_tir(kernel, (args...), ...)`` (or ``y = kernel(args...)``, a
+  Relax function) is one operator whose inputs are the tensors of the arguments the
+  description names (a constant argument, e.g. the constant operand of a MUL, becomes a
+  constant tensor) and the description's own constants (the kernel's other arguments, its
+  tables, are the same constants in the kernel's layout); ``y`` is its output tensor;
   ``y = x`` (a variable alias) and ``t = (a, b)`` (the result's tuple) add nothing;
 * a kernel that pads its input first (the description's ``pad``) is read as a PAD or PADV2
   and the operator after it, both for the one binding;
@@ -24,8 +26,8 @@ Every tensor's quantization is stated twice, by its producer and by each reader:
 agree, as must shapes and dtypes with the Relax types (a kernel that computes in its input's
 quantization without knowing it, e.g. the integer average pool TVM's TFLite frontend writes,
 says ``"quant": "inherit"``: its input is what the producer says, its output the same).
-Anything else in ``main`` (a float op left by a front end, an ``R.call_tir`` of a lowered
-kernel, a kernel without description as ``FoldPad`` or ``RiPLowering`` write them) is refused
+Anything else in ``main`` (a float op left by a front end, a kernel without description as
+``RiPLowering`` and ``IdentityGraphRewrite`` write them, one a pass changed) is refused
 with :class:`LiftError` naming the binding and what it computes. The result is checked by the
 reference interpreter, the specification every back end is checked against (its errors name
 the operator).
@@ -39,14 +41,14 @@ from tvm import relax
 
 from ..errors import SerenityError
 from .reference import Interpreter
-from .relax_import import OperatorDescription, described_tensor, quant_description
+from .relax_import import (INHERIT, OperatorDescription, described_tensor, kernel_callee,
+                           quant_description)
 from .tflite_model import Operator, Tensor, TFLiteModel
 
 __all__ = ["LiftError", "operators_of", "read_main", "INHERIT"]
 
 
 _PLAIN = ("relax.permute_dims", "relax.reshape", "relax.dequantize")
-INHERIT = "inherit"     # a description's quantization: the producer's / the first input's
 
 
 def _static_shape(ty) -> list[int] | None:
@@ -69,11 +71,11 @@ class LiftError(SerenityError):
 
 def _what(value) -> str:
     if isinstance(value, relax.Call):
-        op = value.op
-        if isinstance(op, tvm.ir.Op):
-            return op.name.removeprefix("relax.")
-        if isinstance(op, tvm.ir.GlobalVar):
-            return f"kernel '{op.name_hint}'"
+        callee = kernel_callee(value)[0]
+        if callee is not None:
+            return f"kernel '{callee.name_hint}'"
+        if isinstance(value.op, tvm.ir.Op):
+            return value.op.name.removeprefix("relax.")
         return "a call"
     return type(value).__name__
 
@@ -190,11 +192,12 @@ class _Lift:
         plain = self.plain(position, var, call)
         if plain is not None:
             return [plain]
-        func = self.mod[call.op] if isinstance(call.op, tvm.ir.GlobalVar) else None
+        callee, args = kernel_callee(call)
+        func = self.mod[callee] if callee is not None else None
         desc = OperatorDescription.of(func) if func is not None else None
         if desc is None:
             why = ("which does not say which integer operator it computes (kernels of "
-                   "from_tflite, LowerFakeQuant and emit_operator do; FoldPad, RiPLowering and "
+                   "from_tflite, LowerFakeQuant, emit_operator and FoldPad do; RiPLowering and "
                    "IdentityGraphRewrite write kernels only the llvm route compiles)"
                    if func is not None else
                    "not an integer kernel (a float or unlowered operator: run LowerFakeQuant, "
@@ -209,7 +212,7 @@ class _Lift:
             elif "constant" in entry:
                 inputs.append(self.new_tensor(entry, desc.constants[entry["constant"]]))
             else:
-                arg = call.args[entry["arg"]]
+                arg = args[entry["arg"]]
                 if pads and not inputs:                 # the first input, padded
                     inputs.append(pads[0].outputs[0])
                 elif isinstance(arg, relax.Var) and arg in self.of_var:
@@ -238,7 +241,7 @@ class _Lift:
         """The PAD (or PADV2, for a value other than the zero point) a kernel applies to its
         first input before the operator (``desc.pad``)."""
         entry = desc.inputs[0]
-        arg = call.args[entry["arg"]]
+        arg = kernel_callee(call)[1][entry["arg"]]
         if not (isinstance(arg, relax.Var) and arg in self.of_var):
             raise self.fail(f"{who}: a padded input must be a tensor of main")
         source = self.of_var[arg]

@@ -56,7 +56,7 @@ from .reference import same_padding, validate
 from ..text import counted
 from .tflite_model import Operator, TFLiteModel, UnsupportedOperatorError, load_tflite
 
-__all__ = ["tflite_to_graph", "foldable_pads", "GRAPH_OPS"]
+__all__ = ["tflite_to_graph", "foldable_pads", "operator_node", "GRAPH_OPS"]
 
 #: TFLite builtin -> graph IR op name (others: the TFLite name lower-cased).
 GRAPH_OPS = {"CONV_2D": "conv2d", "DEPTHWISE_CONV_2D": "depthwise_conv2d",
@@ -146,6 +146,15 @@ def tflite_to_graph(model: TFLiteModel | str | os.PathLike, fold_pad: bool = Tru
     return Graph(nodes, outputs, name or model.name)
 
 
+def operator_node(model: TFLiteModel, op: Operator,
+                  pre_pad: tuple[int, int, int, int] | None = None) -> Node:
+    """The node of ``op`` alone (no inputs): its bytes, shape, geometry and in-place flag as
+    :func:`tflite_to_graph` gives them, with ``pre_pad`` (``(top, bottom, left, right)``) the
+    padding of a PAD a convolution (or a PADV2 of -128 a MAX_POOL_2D) absorbs: the window's
+    geometry is then on the tensor before the PAD, ``op``'s input."""
+    return _node(model, op, (), {} if pre_pad is None else {op.inputs[0]: tuple(pre_pad)})
+
+
 def _node(model: TFLiteModel, op: Operator, inputs: tuple[str, ...],
           extra_pad: dict[int, tuple[int, int, int, int]]) -> Node:
     out = model.tensors[op.outputs[0]]
@@ -157,14 +166,18 @@ def _node(model: TFLiteModel, op: Operator, inputs: tuple[str, ...],
         attrs_conv, inplace = _conv(model, op, extra_pad.get(op.inputs[0]))
         attrs.update(attrs_conv)
     elif op.op in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
-        (_, h, w, c) = acts[0].shape
+        (n, h, w, c) = acts[0].shape
         kernel = (o["filter_height"], o["filter_width"])
         stride = (o["stride_h"], o["stride_w"])
         padding = same_padding(o.get("padding", "VALID"), (h, w), kernel, stride)
+        pre_pad = extra_pad.get(op.inputs[0])
+        if pre_pad is not None:     # a PADV2 of -128 a MAX_POOL_2D absorbs (its own padding)
+            padding = tuple(a + b for a, b in zip(padding, pre_pad))
+            h, w = h - pre_pad[0] - pre_pad[1], w - pre_pad[2] - pre_pad[3]
         inplace = inplace_workspace_bytes(GRAPH_OPS[op.op], (h, w, c), c, kernel, stride,
                                           (1, 1), padding, c, out.itemsize)
         attrs.update(kernel=list(kernel), stride=list(stride), padding=list(padding),
-                     in_shape=list(acts[0].shape), out_shape=list(out.shape), **_activation(op))
+                     in_shape=[n, h, w, c], out_shape=list(out.shape), **_activation(op))
     else:
         attrs.update(in_shapes=[list(t.shape) for t in acts], out_shape=list(out.shape))
         attrs.update(_params(model, op))
@@ -193,8 +206,12 @@ def _conv(model: TFLiteModel, op: Operator, pre_pad) -> tuple[dict[str, Any], in
         h, wd = h - pre_pad[0] - pre_pad[1], wd - pre_pad[2] - pre_pad[3]
         in_shape = [x.shape[0], h, wd, c]
     cout = out.shape[3]
-    workspace = inplace_workspace_bytes(GRAPH_OPS[op.op], (h, wd, c), cout, (kh, kw), stride,
-                                        dilation, padding, groups, out.itemsize)
+    # a grouped CONV_2D and a depthwise one with a depth multiplier run as the dense
+    # convolution (codegen.kernel_call): its workspace
+    dense = op.op == "CONV_2D" or cout != c
+    workspace = inplace_workspace_bytes("conv2d" if dense else GRAPH_OPS[op.op], (h, wd, c),
+                                        cout, (kh, kw), stride, dilation, padding,
+                                        1 if dense else groups, out.itemsize)
     attrs = {"kernel": [kh, kw], "stride": list(stride), "dilation": list(dilation),
              "padding": list(padding), "groups": groups, "in_shape": in_shape,
              "out_shape": list(out.shape), **_activation(op)}

@@ -5,8 +5,8 @@
 * :class:`IdentityGraphRewrite`: channel-/kernel-wise partitioning of concat -> conv where the
   optimal peak drops;
 * :class:`MemoryAwareSchedule`: reorders every dataflow block for minimum peak memory;
-* :class:`RiPLowering` (with :class:`RiPAnnotate`): int8 convolutions that are their input's last
-  consumer run as in-place Right-in-Place kernels (``R.call_tir_inplace``);
+* :class:`RiPLowering`: int8 convolutions that are their input's last consumer run as
+  in-place Right-in-Place kernels (``R.call_tir_inplace``);
 * :class:`ShareKernels`: drops the kernels' operator descriptions (the MCU route's) and merges
   the kernels that are then identical, so TVM builds each once;
 * :class:`ArenaPlan`: replaces ``StaticPlanBlockMemory`` with one arena at planned offsets;
@@ -27,7 +27,7 @@ from .pipeline import (AFTER_SCHEDULE, BEFORE_LEGALIZE, PIPELINE_NAME, SmallerAr
                        pipeline_report, register, serenity_pipeline)
 from .schedule import BlockSchedule, MemoryAwareSchedule, ScheduleReport, read_report
 from .rewrite import BlockRewrite, IdentityGraphRewrite, RewriteReport
-from .rip import RiPAnnotate, RiPLowering
+from .rip import RiPLowering
 from .share import ShareKernels
 
 register()
@@ -36,5 +36,5 @@ __all__ = ["LowerFakeQuant", "FoldPad", "MemoryAwareSchedule", "ScheduleReport",
            "ArenaPlan", "ArenaReport", "FunctionArena", "static_plan_bytes", "serenity_pipeline",
            "pipeline_report", "read_report", "BEFORE_LEGALIZE", "AFTER_SCHEDULE", "PIPELINE_NAME",
            "BlockGraph", "ConversionError", "PassError", "block_graph", "graph_of_bindings",
-           "with_blocks", "RiPAnnotate", "RiPLowering", "IdentityGraphRewrite", "RewriteReport",
+           "with_blocks", "RiPLowering", "IdentityGraphRewrite", "RewriteReport",
            "BlockRewrite", "ShareKernels", "SmallerArena"]

@@ -28,7 +28,7 @@ a multiple of 64 on this host path.
 
 **RiP groups** (:class:`~.rip.RiPLowering`'s convolutions, found by the ``"serenity.rip_role"``
 of their PrimFuncs): after ``CallTIRRewrite`` one reads ``ws = alloc (S)``, ``place(x, ws)``,
-``scratch = alloc``, ``kernel(ws, tables, scratch)``, then ``y = alloc``, ``take(ws, y)`` (or
+``kernel(ws, tables)``, then ``y = alloc``, ``take(ws, y)`` (or
 ``y = R.reshape(ws)``, which ``RewriteDataflowReshape`` makes of a take of all ``S`` bytes and
 the VM runs as a view: it is read as one here). When x's root and the workspace are plannable,
 the graph planned has the kernel as an **in-place node** (``inplace = S``, first input x) whose
@@ -443,7 +443,7 @@ def _run_apart(bb: relax.BlockBuilder, mod: tvm.IRModule, func: relax.Function,
     the same loops on two buffers) instead of its copies and workspace::
 
         x_flat = R.reshape(x, [N_in]);  y_flat = alloc (N_out)      (before the kernel call)
-        dual(x_flat, y_flat, <tables>, scratch)                     (was kernel(ws, ...))
+        dual(x_flat, <tables>, y_flat)                              (was kernel(ws, ...))
         y = R.reshape(y_flat, <y's shape>)                          (was take, or y's view)
 
     The place and take calls, the workspace and its aliases go. The new reshapes are added to
@@ -464,7 +464,7 @@ def _run_apart(bb: relax.BlockBuilder, mod: tvm.IRModule, func: relax.Function,
             relax.VarBinding(x_flat, relax.op.reshape(x, relax.ShapeExpr([in_bytes]))),
             relax.VarBinding(y_flat, relax.op.builtin.alloc_tensor(
                 relax.ShapeExpr([g.out_bytes]), "int8", 0, "global"))]
-        values[kernel_var] = relax.Call(dual, [x_flat, y_flat, *call.args[1:]], call.attrs,
+        values[kernel_var] = relax.Call(dual, [x_flat, *call.args[1:], y_flat], call.attrs,
                                         call.ty_args)
         if g.take is not None:      # y's allocation becomes the view; the take call goes
             take = bg.bindings[g.take].value

@@ -9,31 +9,34 @@ RandWire cell's outputs differ).
 
 What it changes: in every Relax function (not inside kernels), each *quantized operator* — an
 ``R.quantize`` to int8 with one scale and zero point, together with the int8 ``R.clip`` reading it
-when that is its only reader — whose float input has one of the forms below becomes a call of a
-new integer kernel (a ``Primitive`` function built with the helpers of
-:mod:`tvm_serenity.frontend.relax_import`, the same code the int8 importer uses, bit-exact with
-TFLite Micro). The binding keeps its variable; float bindings nobody reads any more are removed.
+when that is its only reader — whose float input has one of the forms below becomes the TFLite
+operator it is, described (:class:`~tvm_serenity.frontend.relax_import.OperatorDescription`) and
+called through :func:`~tvm_serenity.frontend.relax_import.operator_call`: the same integer
+kernel the int8 importer and the microcontroller C use, bit-exact with TFLite Micro. The binding
+keeps its variable; float bindings nobody reads any more are removed.
 
 With ``x``, ``a``, ``b`` dequantized int8 tensors (one scale and zero point each), ``W`` a
 dequantized int8 constant (per-channel scales, zero point 0, possibly reshaped or transposed) and
 ``B`` a dequantized int32 constant (zero point 0):
 
 =====================================================  ===========================================
-float input of the ``quantize``                        integer kernel (relax_import helper)
+float input of the ``quantize``                        TFLite operator
 =====================================================  ===========================================
-``conv2d(x, W)`` [``+ B``]  (NHWC, HWIO or HWOI)       ``conv2d_int8`` (incl. depthwise)
-``matmul(x, W)`` [``+ B``]                             ``fully_connected_int8``
-``add(a, b)`` / ``multiply(a, b)``                     ``add_int8`` / ``mul_int8``
-``nn.avg_pool2d(x)`` / ``nn.max_pool2d(x)`` (NHWC)     ``average_pool_int8`` / ``max_pool_int8``
-``mean(x, axes)``                                      ``mean_int8``
-``concat((a, b, ...))``                                int8 ``concat``
-``nn.softmax(x, axis=-1)``                             ``softmax_int8``
-``sigmoid(x)``                                         lookup table (LOGISTIC)
-``x * clip(x + 3, 0, 6) / 6``                          lookup table (HARD_SWISH)
-``nn.relu(x)`` / ``x``                                 lookup table (RELU / QUANTIZE int8)
-a function parameter                                   ``quantize_float`` (QUANTIZE float)
+``conv2d(x, W)`` [``+ B``]  (NHWC, HWIO or HWOI)       CONV_2D / DEPTHWISE_CONV_2D
+``matmul(x, W)`` [``+ B``]                             FULLY_CONNECTED
+``add(a, b)`` / ``multiply(a, b)``                     ADD / MUL
+``nn.avg_pool2d(x)`` / ``nn.max_pool2d(x)`` (NHWC)     AVERAGE_POOL_2D / MAX_POOL_2D
+``mean(x, axes)``                                      MEAN
+``concat((a, b, ...))``                                CONCATENATION
+``nn.softmax(x, axis=-1)``                             SOFTMAX
+``sigmoid(x)``                                         LOGISTIC
+``x * clip(x + 3, 0, 6) / 6``                          HARD_SWISH
+``nn.relu(x)`` / ``x``                                 RELU / RELU6 / QUANTIZE (int8 -> int8)
+a function parameter                                   QUANTIZE (float32 -> int8)
 =====================================================  ===========================================
 
+Padding that is neither SAME nor VALID is the description's PAD before a VALID window (a
+PADV2 of -128 before a MAX_POOL_2D).
 A ``nn.relu``, ``clip(0, 6)`` or ``clip(-1, 1)`` right before the ``quantize`` narrows the clamp as
 TFLite's fused RELU / RELU6 / RELU_N1_TO_1 does, and so does the int8 ``clip`` after it; alone on
 ``x`` they are TFLite's RELU (which requantizes) and RELU6 / RELU_N1_TO_1 (which only clamp, so
@@ -43,11 +46,13 @@ writes an int8 AVERAGE_POOL_2D as integer ops, ``astype(avg_pool2d(astype(x, int
 whose division truncates where TFLite rounds: that form becomes ``average_pool_int8`` too (its
 int8 MAX_POOL_2D is exact already and stays).
 
-Anything else is never rewritten on a guess: a ``quantize`` of another float value only gets
-TFLite's rounding (a ``quantize_float`` kernel), the float computation before it stays, and a
-``warnings.warn`` names, per function, the operators left as imported. Run it before
-``LegalizeOps`` (the pipeline has it first in ``BEFORE_LEGALIZE``). What it did is kept on the
-instance: ``.lowered`` (kernel kind -> count) and ``.unlowered`` (operator -> count).
+Anything else is never rewritten on a guess: an operator TFLite's operator set cannot state
+(e.g. a clamp no fused activation gives, a pool with padding its kernel cannot apply) stays in
+float, and so does any other float computation; its final ``quantize`` only gets TFLite's
+rounding (a float32 QUANTIZE), and a ``warnings.warn`` names, per function, the operators left
+as imported. Run it before ``LegalizeOps`` (the pipeline has it first in ``BEFORE_LEGALIZE``).
+What it did is kept on the instance: ``.lowered`` (kernel kind -> count) and ``.unlowered``
+(operator -> count).
 """
 
 from __future__ import annotations
@@ -60,11 +65,10 @@ from typing import Callable
 import numpy as np
 import tvm
 from tvm import relax
-from tvm.script import relax as R
 
 from ..frontend import reference as ref
 from ..frontend import relax_import as ri
-from ..frontend.relax_lift import INHERIT
+from ..frontend.relax_import import INHERIT
 from .convert import is_op, relax_functions
 from .pipeline import BEFORE_LEGALIZE
 
@@ -132,10 +136,19 @@ class _Root:
     activation: str | None       # the float activation, as TFLite names it
 
 
+@dataclasses.dataclass(frozen=True)
+class _Window:
+    """A convolution's geometry (padding: top, bottom, left, right)."""
+
+    stride: tuple[int, int]
+    dilation: tuple[int, int]
+    padding: tuple[int, int, int, int]
+
+
 # What a kernel computes as a TFLite operator: given its output variable, the description (or
 # None when TFLite's operator set cannot say it, e.g. a clamp no fused activation gives).
 Describe = Callable[[relax.Var], "ri.OperatorDescription | None"]
-Kernel = tuple[str, list, Callable[..., relax.Expr], Describe | None]  # (kind, inputs, body, ..)
+Kernel = tuple[str, list, Describe | None]     # (kind, inputs, how to describe it)
 
 _ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
 
@@ -186,8 +199,7 @@ def _quantize_float(root: _Root) -> Kernel:
     x = root.computed
     describe = _describe("QUANTIZE", {}, [_entry(x, None, 0, arg=0)], root) \
         if root.clamp == _FULL_RANGE and str(x.ty.dtype.dtype) == "float32" else None
-    return "quantize", [x], lambda v: ri.quantize_float(
-        v, root.scale, root.zero_point, *root.clamp), describe
+    return "quantize", [x], describe
 
 
 def layout_change(call) -> Callable[[np.ndarray], np.ndarray] | None:
@@ -347,11 +359,6 @@ class _Matcher:
                 return anchor, b
         return None, None
 
-    def _requant(self, root: _Root, q: _Quant, scales: np.ndarray) -> ref.Requant:
-        return dataclasses.replace(ref.conv_requant(q.scale, scales, root.scale,
-                                                    root.zero_point),
-                                   act_min=root.act[0], act_max=root.act[1])
-
     def _conv(self, x, root: _Root) -> Kernel | None:
         conv, bias = self._anchor_and_bias(x, "relax.nn.conv2d")
         if conv is None:
@@ -367,15 +374,13 @@ class _Matcher:
         if scales is None:
             return None
         top, left, bottom, right = (int(p) for p in a.padding)
-        params = ref.ConvParams(tuple(int(s) for s in a.strides),
-                                tuple(int(d) for d in a.dilation), (top, bottom, left, right),
-                                q.zero_point, self._requant(root, q, scales))
-        groups = int(a.groups)
-        describe = self._describe_conv(q, values, scales, bias, params, groups, hwoi, root)
-        return "conv2d", [q.value], lambda v: ri.conv2d_int8(v, values, bias, params,
-                                                             groups), describe
+        window = _Window(tuple(int(s) for s in a.strides), tuple(int(d) for d in a.dilation),
+                         (top, bottom, left, right))
+        describe = self._describe_conv(q, values, scales, bias, window, int(a.groups), hwoi,
+                                       root)
+        return "conv2d", [q.value], describe
 
-    def _describe_conv(self, q: _Quant, hwio: np.ndarray, scales, bias, params: ref.ConvParams,
+    def _describe_conv(self, q: _Quant, hwio: np.ndarray, scales, bias, params: _Window,
                        groups: int, hwoi: bool, root: _Root) -> Describe | None:
         """CONV_2D (OHWI filter) or, for one group per input channel (of several, or a
         depthwise HWOI filter), DEPTHWISE_CONV_2D (``1 x KH x KW x C`` filter): a one-channel
@@ -422,8 +427,6 @@ class _Matcher:
         scales = w.channel_scales(1)                   # weights are (depth, units)
         if scales is None:
             return None
-        requant = ri.fully_connected_requant(q.scale, scales if w.per_channel else scales[:1],
-                                             root.scale, root.zero_point, *root.act)
         values = w.values
         shape = _shape(mm)
         weight = np.ascontiguousarray(values.T)                 # TFLite's (units, depth)
@@ -441,8 +444,7 @@ class _Matcher:
             "fused_activation_function": "NONE", "keep_num_dims": len(shape) > 2},
             inputs, root, constants) if len(_shape(q.value)) == len(shape) or len(shape) == 2 \
             else None
-        return "fully_connected", [q.value], lambda v: ri.fully_connected_int8(
-            v, values.T, bias, q.zero_point, requant, shape), describe
+        return "fully_connected", [q.value], describe
 
     def _binary(self, x, root: _Root) -> Kernel | None:
         if not is_op(x, "relax.add", "relax.multiply"):
@@ -450,18 +452,8 @@ class _Matcher:
         a, b = (self.dequantized(v) for v in x.args)
         if a is None or b is None:
             return None
-        if is_op(x, "relax.add"):
-            params = ref.add_params(a.scale, a.zero_point, b.scale, b.zero_point, root.scale,
-                                    root.zero_point)
-            params = dataclasses.replace(params, output=dataclasses.replace(
-                params.output, act_min=root.act[0], act_max=root.act[1]))
-            return "add", [a.value, b.value], lambda u, v: ri.add_int8(u, v, params), \
-                self._describe_binary("ADD", a, b, root)
-        requant = dataclasses.replace(ref.mul_requant(a.scale, b.scale, root.scale,
-                                                      root.zero_point),
-                                      act_min=root.act[0], act_max=root.act[1])
-        return "mul", [a.value, b.value], lambda u, v: ri.mul_int8(
-            u, v, a.zero_point, b.zero_point, requant), self._describe_binary("MUL", a, b, root)
+        op = "ADD" if is_op(x, "relax.add") else "MUL"
+        return op.lower(), [a.value, b.value], self._describe_binary(op, a, b, root)
 
     @staticmethod
     def _describe_binary(op: str, a: _Quant, b: _Quant, root: _Root) -> Describe | None:
@@ -495,9 +487,8 @@ class _Matcher:
         describe = self._describe_pool("AVERAGE_POOL_2D" if average else "MAX_POOL_2D",
                                        source, params, root)
         if average:
-            return "average_pool2d", [source], lambda v: ri.average_pool_int8(v, params), \
-                describe
-        return "max_pool2d", [source], lambda v: ri.max_pool_int8(v, params), describe
+            return "average_pool2d", [source], describe
+        return "max_pool2d", [source], describe
 
     @staticmethod
     def _describe_pool(op: str, source, params: ref.PoolParams, root: _Root
@@ -533,14 +524,12 @@ class _Matcher:
         if q is None or root.act != _FULL_RANGE or x.attrs.axis is None:
             return None
         axes, shape = [int(v) for v in x.attrs.axis], _shape(x)
-        m, s = ref.quantize_multiplier(q.scale / root.scale)
         rank = len(_shape(q.value))
         axes_data = np.asarray([a % rank for a in axes], np.int32)
         describe = _describe("MEAN", {"keep_dims": len(shape) == rank},
                              [_entry(q.value, q.scale, q.zero_point, arg=0),
                               _entry(axes_data, None, 0, constant=0)], root, [axes_data])
-        return "mean", [q.value], lambda v: ri.mean_int8(v, axes, shape, q.zero_point, m, s,
-                                                         root.zero_point), describe
+        return "mean", [q.value], describe
 
     def _concat(self, x, root: _Root) -> Kernel | None:
         if not is_op(x, "relax.concat") or root.act != _FULL_RANGE:
@@ -554,8 +543,7 @@ class _Matcher:
                                                "fused_activation_function": "NONE"},
                              [_entry(q.value, q.scale, q.zero_point, arg=k)
                               for k, q in enumerate(qs)], root)
-        return "concatenation", [q.value for q in qs], \
-            lambda *vs: R.concat(vs, axis=axis), describe
+        return "concatenation", [q.value for q in qs], describe
 
     def _softmax(self, x, root: _Root) -> Kernel | None:
         q = self.dequantized(x.args[0]) if is_op(x, "relax.nn.softmax") else None
@@ -564,19 +552,16 @@ class _Matcher:
                 or int(x.attrs.axis) % len(_shape(x)) != len(_shape(x)) - 1 \
                 or _shape(x)[-1] >= 1 << 12:
             return None
-        params = ref.softmax_params(1.0, q.scale)
         describe = _describe("SOFTMAX", {"beta": 1.0},
                              [_entry(q.value, q.scale, q.zero_point, arg=0)], root)
-        return "softmax", [q.value], lambda v: ri.softmax_int8(v, params), describe
+        return "softmax", [q.value], describe
 
     def _logistic(self, x, root: _Root) -> Kernel | None:
         q = self.dequantized(x.args[0]) if is_op(x, "relax.sigmoid") else None
         if q is None or root.act != _FULL_RANGE \
                 or (root.scale, root.zero_point) != (1.0 / 256, ref.INT8_MIN):
             return None
-        params = ref.logistic_params(q.scale, q.zero_point)
-        table = ri.table_of(lambda v: ref.logistic_int8(v, params))
-        return "logistic", [q.value], lambda v: ri.lookup_table(v, table), _describe(
+        return "logistic", [q.value], _describe(
             "LOGISTIC", {}, [_entry(q.value, q.scale, q.zero_point, arg=0)], root)
 
     def _hard_swish(self, x, root: _Root) -> Kernel | None:
@@ -596,12 +581,8 @@ class _Matcher:
             shifted = self.value(gate.args[0])
             if is_op(shifted, "relax.add") and _number(shifted.args[1]) == 3.0 \
                     and q.same(self.dequantized(shifted.args[0])):
-                params = ref.hard_swish_params(q.scale, q.zero_point, root.scale,
-                                               root.zero_point)
-                table = ri.table_of(lambda v: ref.hard_swish_int8(v, params))
-                return "hard_swish", [q.value], lambda v: ri.lookup_table(v, table), \
-                    _describe("HARD_SWISH", {},
-                              [_entry(q.value, q.scale, q.zero_point, arg=0)], root)
+                return "hard_swish", [q.value], _describe(
+                    "HARD_SWISH", {}, [_entry(q.value, q.scale, q.zero_point, arg=0)], root)
         return None
 
     def _table(self, x, root: _Root) -> Kernel | None:
@@ -612,17 +593,12 @@ class _Matcher:
             return None
         source = [_entry(q.value, q.scale, q.zero_point, arg=0)]
         if root.activation == "RELU":
-            table = ri.relu_table(q.scale, q.zero_point, root.scale, root.zero_point,
-                                  *root.act)
             relu_act = (max(ref.INT8_MIN, root.zero_point), ref.INT8_MAX)   # TFLM's clamp
             describe = _describe("RELU", {}, source, dataclasses.replace(root, act=_FULL_RANGE)) \
                 if root.act == relu_act else None
-            return "relu", [q.value], lambda v: ri.lookup_table(v, table), describe
+            return "relu", [q.value], describe
         if root.activation is not None and not self._same_quant(q, root):
             return None
-        m, s = ref.quantize_multiplier(q.scale / root.scale)
-        table = ri.table_of(lambda v: np.clip(ref.requantize_int8(v, q.zero_point, m, s,
-                                                                  root.zero_point), *root.act))
         kind = (root.activation or "quantize").lower()
         describe = None
         if root.activation is None:
@@ -630,7 +606,37 @@ class _Matcher:
         elif root.activation == "RELU6" and root.act == ref.activation_range(
                 "RELU6", root.scale, root.zero_point):
             describe = _describe("RELU6", {}, source, dataclasses.replace(root, act=_FULL_RANGE))
-        return kind, [q.value], lambda v: ri.lookup_table(v, table), describe
+        return kind, [q.value], describe
+
+
+def _description(kernel: Kernel | None, var: relax.Var) -> ri.OperatorDescription | None:
+    """The description of the operator ``kernel`` computes into ``var`` (None: none)."""
+    if kernel is None or kernel[2] is None:
+        return None
+    return kernel[2](var)
+
+
+def _kernel_call(bb: relax.BlockBuilder, description: ri.OperatorDescription, inputs: list,
+                 name: str) -> relax.Expr:
+    """The call of the integer kernel of ``description`` (its ``arg`` ``k`` is ``inputs[k]``):
+    :func:`~tvm_serenity.frontend.relax_import.operator_call`, the importer's one way. An
+    operator that computes in whatever quantization its input has (the frontend's integer
+    average pool) is built with a stand-in quantization and keeps saying so."""
+    inherit = any(e is not None and e.get("quant") == INHERIT
+                  for e in (*description.inputs, *description.outputs))
+    if inherit:
+        stand_in = ri.quant_description(1.0)
+        description = dataclasses.replace(
+            description,
+            inputs=tuple(e if e is None or e.get("quant") != INHERIT else {**e, "quant": stand_in}
+                         for e in description.inputs),
+            outputs=tuple({**e, "quant": stand_in} if e.get("quant") == INHERIT else e
+                          for e in description.outputs))
+    model, op = ri.operator_model(description, inputs)
+    values = {op.inputs[k]: inputs[e["arg"]] for k, e in enumerate(description.inputs)
+              if e is not None and "arg" in e}
+    return ri.operator_call(bb, model, op, values, name=name, index=None, inherit=inherit,
+                            pre_pad=ri.spatial_pad(description))
 
 
 @tvm.transform.module_pass(opt_level=0, name="serenity.LowerFakeQuant")
@@ -666,23 +672,26 @@ class LowerFakeQuant:
         uses: Counter = Counter(v for b in bindings for v in relax.analysis.free_vars(b.value))
         uses.update(relax.analysis.free_vars(func.body.body))
         clipped = matcher.clipped(bindings, uses)
-        calls: dict[relax.Var, relax.Call] = {}
+        calls: dict[relax.Var, relax.Expr] = {}
         left: Counter = Counter()
         for b in bindings:
             root = matcher.root(b, clipped)
             if root is None:
                 continue
             kernel = matcher.kernel(root)
-            if kernel is None:
-                left[matcher.value(root.computed).op.name.removeprefix("relax.")] += 1
+            description = _description(kernel, b.var)
+            if description is None:         # the operator stays; only its quantize is lowered
+                computed = matcher.value(root.computed)
+                left[computed.op.name.removeprefix("relax.") if isinstance(computed, relax.Call)
+                     else "quantize"] += 1
                 if root.scale is None:
                     continue
                 kernel = _quantize_float(root)
-            kind, inputs, body, describe = kernel
-            name = f"{kind}_{b.var.name}"
-            kernel_func, args = ri.kernel_function(name, inputs, body,
-                                                   describe(b.var) if describe else None)
-            calls[b.var] = relax.Call(bb.add_func(kernel_func, name), args)
+                description = _description(kernel, b.var)
+                if description is None:
+                    continue
+            kind, inputs, _ = kernel
+            calls[b.var] = _kernel_call(bb, description, inputs, f"{kind}_{b.var.name}")
             self.lowered[kind] += 1
         if not calls:
             return None, left

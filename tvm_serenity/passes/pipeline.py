@@ -4,10 +4,10 @@ Stages, in order (``tvm.relax.backend.cpu_generic.pipeline`` supplies TVM's list
 
     library dispatch
     BEFORE_LEGALIZE passes         (integer lowering, pad folding, identity graph rewriting)
-    ShareKernels                   (one function per distinct kernel; descriptions dropped)
-    legalize, incl. FuseOps/FuseTIR
+    legalize, incl. FuseOps/FuseTIR (the integer kernels are PrimFunc calls already: unchanged)
     MemoryAwareSchedule            (after fusion: it reorders the fused bindings)
     AFTER_SCHEDULE passes          (in-place / RiP lowering for the chosen order)
+    ShareKernels                   (one function per distinct kernel; descriptions dropped)
     dataflow lower                 (ToNonDataflow, CallTIRRewrite, ...)
     ArenaPlan                      (instead of StaticPlanBlockMemory)
     the rest of finalize           (LowerAllocTensor, KillAfterLastUse, VMShapeLower, ...)
@@ -89,7 +89,7 @@ def serenity_pipeline(*, method: str = "serenity", time_limit: float | None = No
                     if p.info.name == "StaticPlanBlockMemory" else p
                     for p in cpu.finalize_passes(target)]
         return [*(factory(**{**options, "rip": with_rip}) for factory in AFTER_SCHEDULE),
-                *cpu.dataflow_lower_passes(target), *finalize]
+                ShareKernels(), *cpu.dataflow_lower_passes(target), *finalize]
 
     if rip == "auto":
         tail = [SmallerArena({
@@ -99,7 +99,6 @@ def serenity_pipeline(*, method: str = "serenity", time_limit: float | None = No
         tail = after_schedule(rip)
     passes = [*cpu.library_dispatch_passes(target),
               *(factory(**options) for factory in BEFORE_LEGALIZE),
-              ShareKernels(),
               *cpu.legalize_passes(target),
               MemoryAwareSchedule(method=method, time_limit=time_limit, inplace=inplace),
               *tail]

@@ -11,7 +11,7 @@ function per operator; :class:`~.foldpad.FoldPad` first, so folded padding is se
     y_part0 = R.call_tir(<k>_part0, (x_1, w[:, :, C_1, :]), R.Tensor(y.shape, "int32"))
     y_part1 = R.call_tir_inplace(<k>_acc1, (x_2, w[:, :, C_2, :], y_part0), [2], ...)
     ...
-    y       = <k>_requantize(y_part<n-1>, <y's bias and requantization constants>)
+    y       = R.call_tir(<k>_requantize, (y_part<n-1>, bias, multiplier, shift), y's type)
 
     # kernel-wise (depthwise): each slice writes its channels of y in place
     y_part0 = R.call_tir(<k>_slice0, (x_1, w_1, bias_1, multiplier_1, shift_1), y's type)
@@ -19,28 +19,27 @@ function per operator; :class:`~.foldpad.FoldPad` first, so folded padding is se
     y       = R.call_tir_inplace(<k>_slice<n-1>, (x_n, ..., y_part<n-2>), [5], y's type)
 
 so the concat never exists and each ``x_i`` can die as soon as its partial ran. A unary chain
-``u`` between the concat and the convolution (int8 lookup tables: RELU, RELU6, HARD_SWISH,
-LOGISTIC as the importer writes them) is applied to every ``x_i`` instead. The partial and slice
-kernels are :mod:`tvm_serenity.codegen.partial`; the requantize is the original kernel's own
-epilogue (bias, TFLite's requantization, clamp), cut off after its ``conv2d``. Everything is
-integer arithmetic in the same order of operations per element, so the outputs are
-bit-identical (proof: :mod:`tvm_serenity.rewrite.patterns`). ``y`` keeps its variable, so
+``u`` between the concat and the convolution (RELU, RELU6, HARD_SWISH, LOGISTIC, int8
+QUANTIZE) is applied to every ``x_i`` instead (the same operator's kernel on ``x_i``). The
+partial, slice and requantize kernels are :mod:`tvm_serenity.codegen.partial`'s, the ones the
+microcontroller's rewritten graph runs (bias, TFLite's requantization and clamp of the original
+convolution). Everything is integer arithmetic in the same order of operations per element,
+so the outputs are bit-identical (proof: :mod:`tvm_serenity.rewrite.patterns`). ``y`` keeps its variable, so
 nothing after it changes; the concat, the unary chain and kernels nobody calls any more are
 removed when dead.
 
 How it decides: the block is read as a graph (:mod:`.convert`), its kernels are named in the
-rewrite's vocabulary (``concatenation``, ``conv2d``/``depthwise_conv2d`` from
-:func:`~.rip.conv_kernel_spec`, ``lookup_table``) and the graph is handed to
+rewrite's vocabulary from their descriptions (``concatenation``, ``conv2d`` /
+``depthwise_conv2d``, ``lookup_table`` for the unary ones) and the graph is handed to
 :func:`~tvm_serenity.rewrite.rewrite_graph` with ``requantize_inplace=False``: on the host the
 requantize writes a fresh int8 tensor (a Relax in-place call cannot change the dtype), so the
 decision prices exactly what this pass emits, under the same memory model that
 :class:`~.schedule.MemoryAwareSchedule` and :class:`~.arena.ArenaPlan` use afterwards (the
 outputs of ``R.call_tir_inplace`` are views there). Blocks without a candidate cost nothing.
 
-Not changed: convolutions whose kernel :func:`~.rip.conv_kernel_spec` cannot read (e.g. some
-:class:`~.fakequant.LowerFakeQuant` forms, depth multipliers > 1), concats of constants or of
-the same tensor twice, blocks with symbolic shapes. Those are listed (with the reason) in the
-report, never half-rewritten.
+Not changed: grouped convolutions, kernels without a (valid) description, concats of constants
+or of the same tensor twice, blocks with symbolic shapes. Those are listed (with the reason) in
+the report, never half-rewritten.
 
 What it decided is kept on the instance as ``.report`` (:class:`RewriteReport`) and as JSON in
 the module attribute ``"serenity.rewrite"``.
@@ -57,8 +56,11 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..codegen.partial import conv2d_partial_prim_func, depthwise_slice_prim_func
-from ..frontend.relax_import import kernel_function, lookup_table
+from ..codegen.partial import (accumulator_requantize_prim_func, conv2d_partial_prim_func,
+                               depthwise_slice_prim_func)
+from ..frontend import reference as ref
+from ..frontend.relax_import import operator_call, operator_model, spatial_pad
+from ..frontend.to_graph import operator_node
 from ..graph import INPUT_OP, Graph
 from ..rewrite import CHANNEL, KERNEL, UNARY, find_candidates, rewrite_graph
 
@@ -66,10 +68,9 @@ from ..rewrite import CHANNEL, KERNEL, UNARY, find_candidates, rewrite_graph
 #: it needs a fused kernel in Relax, so the graph search is never offered it here.
 KINDS = (CHANNEL, KERNEL)
 from ..schedule import METHODS
-from .convert import (ConversionError, PassError, block_graph, is_op, relax_functions,
-                      with_blocks)
+from .convert import ConversionError, PassError, block_graph, relax_functions, with_blocks
+from .described import DescribedCall, described_call
 from .pipeline import BEFORE_LEGALIZE
-from .kernel_spec import conv_kernel_constants, conv_kernel_spec
 
 __all__ = ["IdentityGraphRewrite", "RewriteReport", "BlockRewrite", "REPORT_ATTR", "KINDS"]
 
@@ -108,98 +109,65 @@ class RewriteReport:
 
 
 # ------------------------------------------------------------------ reading the kernels
-def _kernel_call(mod: tvm.IRModule, value):
-    """(kernel name, kernel function, arguments) if ``value`` calls a Primitive function."""
-    if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.GlobalVar):
-        func = mod[value.op]
-        if isinstance(func, relax.Function) and func.attrs is not None \
-                and "Primitive" in func.attrs and len(func.body.blocks) == 1:
-            return value.op.name_hint, func, list(value.args)
-    return None
+#: Described one-input elementwise operators the rewrite pushes through a concat.
+_UNARY = ("RELU", "RELU6", "HARD_SWISH", "LOGISTIC", "QUANTIZE")
+_CONVS = ("CONV_2D", "DEPTHWISE_CONV_2D")
 
 
-def _single_binding(func: relax.Function):
-    bindings = func.body.blocks[0].bindings
-    if len(bindings) == 1 and bindings[0].var.same_as(func.body.body):
-        return bindings[0].value
-    return None
+@dataclass(frozen=True)
+class _Conv:
+    """A convolution as the partial / slice / requantize kernels take it."""
+
+    op: str                      # conv2d / depthwise_conv2d
+    weight: np.ndarray           # HWIO (depthwise: KH x KW x 1 x C*M)
+    bias: np.ndarray             # int32, per output channel
+    multiplier: np.ndarray
+    shift: np.ndarray
+    stride: tuple
+    dilation: tuple
+    padding: tuple               # top, bottom, left, right (a folded PAD included)
+    input_zero_point: int
+    output_zero_point: int
+    act_min: int
+    act_max: int
 
 
-def _concat_axis(func: relax.Function) -> int | None:
-    """The axis of a kernel that is exactly ``R.concat(its parameters in order)``."""
-    value = _single_binding(func)
-    if not is_op(value, "relax.concat") or not isinstance(value.args[0], relax.Tuple):
-        return None
-    fields = list(value.args[0].fields)
-    if len(fields) != len(func.params) or not all(f.same_as(p)
-                                                  for f, p in zip(fields, func.params)):
-        return None
-    ndim = func.ret_ty.ndim
-    return int(value.attrs.axis) % ndim if ndim > 0 else None
-
-
-def _table(func: relax.Function, args) -> np.ndarray | None:
-    """The 256 int8 values of a :func:`~.relax_import.lookup_table` kernel
-    (``take(table, astype(x, int32) + 128)``) called with constant ``table``."""
-    bindings = func.body.blocks[0].bindings
-    if len(bindings) != 3 or not bindings[2].var.same_as(func.body.body):
-        return None
-    widen, shift, take = (b.value for b in bindings)
-    x = func.params[0]
-    if not (is_op(widen, "relax.astype") and widen.args[0].same_as(x)
-            and widen.attrs.dtype == "int32" and x.ty.dtype == "int8"
-            and is_op(shift, "relax.add") and shift.args[0].same_as(bindings[0].var)
-            and isinstance(shift.args[1], tvm.ir.Constant)
-            and int(shift.args[1].value.numpy()) == 128
-            and is_op(take, "relax.take") and take.args[1].same_as(bindings[1].var)
-            and int(take.attrs.axis) == 0 and take.args[0] in list(func.params)):
-        return None
-    table = args[list(func.params).index(take.args[0])]
-    if not isinstance(table, tvm.ir.Constant) or tuple(table.value.shape) != (256,):
-        return None
-    return table.value.numpy().astype(np.int8)
+def _conv(call: DescribedCall) -> _Conv | str:
+    """The convolution ``call`` computes, or why the rewrite cannot replay it."""
+    model, op = call.model()
+    node = operator_node(model, op, spatial_pad(call.description))
+    a = node.attrs
+    if op.op == "CONV_2D" and a["groups"] != 1:
+        return f"a grouped convolution ({a['groups']} groups)"
+    params = ref.conv_params(model, op)
+    weights = model.tensors[op.inputs[1]].data
+    hwio = weights.transpose(1, 2, 3, 0) if op.op == "CONV_2D" else weights.transpose(1, 2, 0, 3)
+    channels = hwio.shape[3]
+    bias = model.tensors[op.inputs[2]].data if len(op.inputs) > 2 and op.inputs[2] >= 0 \
+        else np.zeros(channels, np.int32)
+    rq = params.requant
+    return _Conv(node.op, np.ascontiguousarray(hwio),
+                 *(np.ascontiguousarray(np.broadcast_to(v, (channels,)), np.int32)
+                   for v in (bias, rq.multiplier, rq.shift)),
+                 tuple(a["stride"]), tuple(a["dilation"]), tuple(a["padding"]),
+                 params.input_zero_point, rq.output_zero_point,
+                 max(int(rq.act_min), -128), min(int(rq.act_max), 127))
 
 
 @dataclass
 class _Kernels:
     """What the rewrite needs to know about the kernels called in one block."""
 
-    calls: dict[str, tuple] = field(default_factory=dict)       # node -> (kname, func, args)
-    # node -> (spec, constants, (epilogue function, its parameters' indices) for a conv2d)
-    convs: dict[str, tuple[dict, dict, tuple | None]] = field(default_factory=dict)
-    tables: dict[str, np.ndarray] = field(default_factory=dict)
-
-
-def _convolves(func: relax.Function, args) -> bool:
-    """Whether the kernel has a ``conv2d`` with real weights (not the all-ones window sum of
-    the importer's average pooling)."""
-    params = list(func.params)
-    for b in func.body.blocks[0].bindings:
-        if is_op(b.value, "relax.nn.conv2d"):
-            w = b.value.args[1]
-            if w in params and isinstance(args[params.index(w)], tvm.ir.Constant):
-                w = args[params.index(w)]
-            if not (isinstance(w, tvm.ir.Constant) and np.all(w.value.numpy() == 1)):
-                return True
-    return False
-
-
-def _conv_reason(spec, consts, epilogue) -> str | None:
-    """Why a kernel containing a ``conv2d`` cannot be partitioned (None: it can)."""
-    if spec is None:
-        return "not an integer convolution kernel this pass can read"
-    if consts is None:
-        return "its constants are not constants or are out of range"
-    if spec["op"] == "conv2d" and epilogue is None:
-        return "it does not end in a separable requantization"
-    return None
+    calls: dict[str, DescribedCall] = field(default_factory=dict)     # node -> its call
+    convs: dict[str, _Conv] = field(default_factory=dict)
 
 
 def _annotated(graph: Graph, bg, mod, report: RewriteReport, where: str
                ) -> tuple[Graph, _Kernels]:
     """``graph`` with the kernels the rewrite can replay named in its vocabulary. A concat or
     a convolution it cannot replay is recorded in ``report.not_matched`` when it stands where
-    a candidate would (a concat feeding a convolution through lookup tables, or the reverse)."""
+    a candidate would (a concat feeding a convolution through unary operators, or the
+    reverse)."""
     kernels = _Kernels()
     name_of = {var: name for name, var in bg.vars.items()}
     nodes = []
@@ -208,38 +176,37 @@ def _annotated(graph: Graph, bg, mod, report: RewriteReport, where: str
     convs: dict[str, str | None] = {}   # conv node -> the node of its first argument
     for node in graph.nodes.values():
         binding = bg.bindings.get(node.name)
-        call = _kernel_call(mod, binding.value) if binding is not None else None
+        call = described_call(mod, binding.value) if binding is not None else None
         if call is None:
             nodes.append(node)
             continue
-        kname, func, args = call
         kernels.calls[node.name] = call
-        if (axis := _concat_axis(func)) is not None:
+        kname = call.kernel.name_hint
+        if call.op == "CONCATENATION":
             concats.add(node.name)
-            sources = [name_of[a] for a in args if isinstance(a, relax.Var) and a in name_of]
-            if len(sources) == len(args) and len(set(sources)) == len(sources):
+            sources = [name_of[a] for a in call.args if isinstance(a, relax.Var) and a in name_of]
+            rank = len(call.description.outputs[0]["shape"])
+            if len(sources) == len(call.args) and len(set(sources)) == len(sources):
                 node = replace(node, op="concatenation", inputs=tuple(sources),
-                               attrs={**node.attrs, "axis": axis})
+                               attrs={**node.attrs, "axis": int(
+                                   call.description.options.get("axis", 0)) % rank})
             else:
                 problems[node.name] = f"concat '{kname}' reads a constant or one tensor twice"
-        elif _convolves(func, args):
-            convs[node.name] = name_of.get(args[0]) if isinstance(args[0], relax.Var) else None
-            spec = conv_kernel_spec(func)
-            consts = conv_kernel_constants(spec, args) if spec is not None else None
-            epilogue = _epilogue(func) if spec is not None and spec["op"] == "conv2d" else None
-            reason = _conv_reason(spec, consts, epilogue)
-            if reason is None:
-                kernels.convs[node.name] = (spec, consts, epilogue)
-                node = replace(node, op=spec["op"], attrs={**node.attrs, "groups": 1}
-                               if spec["op"] == "conv2d" else dict(node.attrs))
+        elif call.op in _CONVS:
+            x = call.arg(0)
+            convs[node.name] = name_of.get(x) if isinstance(x, relax.Var) else None
+            conv = _conv(call)
+            if isinstance(conv, _Conv):
+                kernels.convs[node.name] = conv
+                node = replace(node, op=conv.op, attrs={**node.attrs, "groups": 1}
+                               if conv.op == "conv2d" else dict(node.attrs))
             else:
-                problems[node.name] = f"convolution '{kname}': {reason}"
-        elif (table := _table(func, args)) is not None:
-            kernels.tables[node.name] = table
+                problems[node.name] = f"convolution '{kname}': {conv}"
+        elif call.op in _UNARY and call.description.inputs[0]["dtype"] == "int8":
             node = replace(node, op="lookup_table")
         nodes.append(node)
     annotated = Graph(nodes, graph.outputs, graph.name)
-    for name, src in convs.items():      # a conv reading a concat through lookup tables
+    for name, src in convs.items():      # a conv reading a concat through unary operators
         while src is not None and annotated[src].op == "lookup_table":
             src = annotated[src].inputs[0]
         if src in concats:
@@ -254,26 +221,8 @@ def _identifier(name: str) -> str:
     return re.sub(r"[^0-9A-Za-z_]+", "_", name).strip("_") or "v"
 
 
-def _epilogue(func: relax.Function) -> tuple[relax.Function, list[int]] | None:
-    """The kernel ``func`` after its ``conv2d``: ``(acc, constants...) -> int8``, i.e. bias,
-    requantization and clamp applied to an int32 accumulator; and the indices of ``func``'s
-    parameters it takes after ``acc``."""
-    bindings = list(func.body.blocks[0].bindings)
-    k = next(i for i, b in enumerate(bindings) if is_op(b.value, "relax.nn.conv2d"))
-    conv_var = bindings[k].var
-    tail = bindings[k + 1:]
-    own = {b.var for b in tail} | {conv_var}
-    used = [p for p in func.params
-            if any(p in relax.analysis.free_vars(b.value) for b in tail)]
-    for b in tail:
-        if not set(relax.analysis.free_vars(b.value)) <= own | set(used):
-            return None
-    acc = relax.Var("acc", conv_var.ty)
-    body = relax.SeqExpr([relax.DataflowBlock([relax.VarBinding(conv_var, acc), *tail])],
-                         func.body.body)
-    new = relax.Function([acc, *used], body, func.ret_ty, func.is_pure, func.attrs)
-    new = relax.utils.copy_with_new_vars(relax.BlockBuilder().normalize(new))
-    return new, [list(func.params).index(p) for p in used]
+def _const(values: np.ndarray) -> relax.Constant:
+    return relax.const(np.ascontiguousarray(values))
 
 
 class _Replay:
@@ -310,33 +259,37 @@ class _Replay:
         return relax.TensorType(node.shape, node.dtype)
 
     def unary(self, node, origin) -> relax.Binding:
-        kname = self.kernels.calls[origin["of"]][0]
-        table = self.kernels.tables[origin["of"]]
+        """The unary operator's kernel on one concat input alone."""
+        call = self.kernels.calls[origin["of"]]
         x = self.var[node.inputs[0]]
-        func, args = kernel_function(f"{kname}_{_identifier(origin['input'])}", [x],
-                                     lambda v: lookup_table(v, table))
-        gvar = self.bb.add_func(func, f"{kname}_{_identifier(origin['input'])}")
-        return relax.VarBinding(self.new_var(node, self._ty(node)), relax.Call(gvar, args))
-
-    def _conv(self, origin):
-        kname, _, args = self.kernels.calls[origin["of"]]
-        return (kname, args, *self.kernels.convs[origin["of"]])
+        shape = [int(d) for d in x.ty.shape.values]
+        d = call.description
+        alone = replace(d, inputs=({**d.inputs[0], "shape": shape}, *d.inputs[1:]),
+                        outputs=({**d.outputs[0], "shape": shape},), index=None)
+        model, op = operator_model(alone)
+        value = operator_call(self.bb, model, op, {op.inputs[0]: x}, index=None,
+                              name=f"{call.kernel.name_hint}_{_identifier(origin['input'])}")
+        return relax.VarBinding(self.new_var(node, self._ty(node)), value)
 
     def channel(self, node, origin) -> relax.Binding:
-        kname, args, spec, consts, (epilogue, indices) = self._conv(origin)
+        call = self.kernels.calls[origin["of"]]
+        kname, conv = call.kernel.name_hint, self.kernels.convs[origin["of"]]
         ty = self._ty(node)
         if origin["role"] == "requantize":
-            gvar = self.bb.add_func(epilogue, f"{kname}_requantize")
-            return relax.VarBinding(self.new_var(node, ty),
-                                    relax.Call(gvar, [self.var[node.inputs[0]],
-                                                      *(args[i] for i in indices)]))
+            prim = accumulator_requantize_prim_func(
+                "requantize", node.shape, conv.output_zero_point, conv.act_min, conv.act_max)
+            gvar = self.bb.add_func(prim.without_attr("global_symbol"), f"{kname}_requantize")
+            value = relax.op.call_tir(gvar, relax.Tuple([
+                self.var[node.inputs[0]], *map(_const, (conv.bias, conv.multiplier,
+                                                        conv.shift))]), ty)
+            return relax.VarBinding(self.new_var(node, ty), value)
         lo, hi = origin["channels"]
-        weight = relax.const(np.ascontiguousarray(consts["weight"][:, :, lo:hi, :]))
+        weight = _const(conv.weight[:, :, lo:hi, :])
         x = self.var[node.inputs[-1]]
         accumulate = origin["role"] == "accumulate"
         prim = conv2d_partial_prim_func(
             "partial", [int(d) for d in x.ty.shape.values], weight.value.shape, node.shape,
-            spec["stride"], spec["dilation"], spec["padding"], spec["input_zero_point"],
+            conv.stride, conv.dilation, conv.padding, conv.input_zero_point,
             accumulate).without_attr("global_symbol")
         gvar = self.bb.add_func(prim, f"{kname}_{'acc' if accumulate else 'part'}"
                                       f"{origin['step']}")
@@ -348,18 +301,17 @@ class _Replay:
         return relax.VarBinding(self.new_var(node, ty), value)
 
     def kernel(self, node, origin) -> relax.Binding:
-        kname, _, spec, consts, _ = self._conv(origin)
+        call = self.kernels.calls[origin["of"]]
+        kname, conv = call.kernel.name_hint, self.kernels.convs[origin["of"]]
         ty = self._ty(node)
         lo, hi = origin["out_channels"]
-        tables = [relax.const(np.ascontiguousarray(consts["weight"][:, :, :, lo:hi])),
-                  *(relax.const(np.ascontiguousarray(consts[k][lo:hi]))
-                    for k in ("bias", "multiplier", "shift"))]
+        tables = [_const(conv.weight[:, :, :, lo:hi]),
+                  *(_const(v[lo:hi]) for v in (conv.bias, conv.multiplier, conv.shift))]
         x = self.var[node.inputs[-1]]
         prim = depthwise_slice_prim_func(
             "slice", [int(d) for d in x.ty.shape.values], tables[0].value.shape, node.shape,
-            lo, spec["stride"], spec["dilation"], spec["padding"], spec["input_zero_point"],
-            spec["output_zero_point"], max(spec["act_min"], -128), min(spec["act_max"], 127)
-        ).without_attr("global_symbol")
+            lo, conv.stride, conv.dilation, conv.padding, conv.input_zero_point,
+            conv.output_zero_point, conv.act_min, conv.act_max).without_attr("global_symbol")
         gvar = self.bb.add_func(prim, f"{kname}_slice{origin['step']}")
         if origin["role"] == "slice":
             value = relax.op.call_tir(gvar, relax.Tuple([x, *tables]), ty)

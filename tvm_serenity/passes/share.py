@@ -7,18 +7,19 @@ ReLU6 tables, two convolutions of one geometry and zero points) are two function
 microcontroller route reads those descriptions; TVM's llvm build does not need them, and would
 compile (and plan memory for) each copy.
 
-What it changes: the description attributes are removed from every function, then functions
-that are structurally equal (parameters, body, remaining attributes) are merged into the first
-of them: every call of another one calls it instead, and the others are removed. Nothing a
-kernel computes changes. The ``"serenity"`` pipeline runs it after the passes before
-legalization (which may read or write descriptions).
+What it changes: the description attributes are removed from every kernel (a PrimFunc or a
+``Primitive`` Relax function), then kernels that are structurally equal (parameters, body,
+remaining attributes) are merged into the first of them: every call of another one
+(``R.call_tir`` or direct) calls it instead, and the others are removed. Nothing a kernel
+computes changes. The ``"serenity"`` pipeline runs it after the passes that read or write
+descriptions (the last, :class:`~.rip.RiPLowering`, after the schedule).
 """
 
 from __future__ import annotations
 
 import tvm
 import tvm_ffi
-from tvm import relax
+from tvm import relax, tirx
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..frontend.relax_import import CONSTANTS_ATTR, KERNEL_HASH_ATTR, OPERATOR_ATTR
@@ -26,6 +27,12 @@ from ..frontend.relax_import import CONSTANTS_ATTR, KERNEL_HASH_ATTR, OPERATOR_A
 __all__ = ["ShareKernels"]
 
 _DESCRIPTION = (OPERATOR_ATTR, CONSTANTS_ATTR, KERNEL_HASH_ATTR)
+
+
+def _kernel(func) -> bool:
+    """Whether ``func`` is a kernel: a PrimFunc or a ``Primitive`` Relax function."""
+    return isinstance(func, tirx.PrimFunc) or (
+        isinstance(func, relax.Function) and func.attrs is not None and "Primitive" in func.attrs)
 
 
 def _bare(func):
@@ -45,9 +52,13 @@ class _Redirect(PyExprMutator):
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
-        if isinstance(call.op, tvm.ir.GlobalVar) and call.op in self.target:
-            return relax.Call(self.target[call.op], call.args, call.attrs, call.ty_args)
-        return call
+        op = self.target.get(call.op, call.op) if isinstance(call.op, tvm.ir.GlobalVar) \
+            else call.op
+        args = [self.target.get(a, a) if isinstance(a, tvm.ir.GlobalVar) else a
+                for a in call.args]
+        if op.same_as(call.op) and all(a.same_as(b) for a, b in zip(args, call.args)):
+            return call
+        return relax.Call(op, args, call.attrs, call.ty_args)
 
 
 @tvm.transform.module_pass(opt_level=0, name="serenity.ShareKernels")
@@ -59,13 +70,11 @@ class ShareKernels:
         self.merged = 0
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        bare = {gv: _bare(f) if isinstance(f, relax.Function) else f
-                for gv, f in mod.functions.items()}
+        bare = {gv: _bare(f) if _kernel(f) else f for gv, f in mod.functions.items()}
         buckets: dict[int, list[tvm.ir.GlobalVar]] = {}
         target: dict[tvm.ir.GlobalVar, tvm.ir.GlobalVar] = {}
         for gv, func in bare.items():
-            if not (isinstance(func, relax.Function) and func.attrs is not None
-                    and "Primitive" in func.attrs):
+            if not _kernel(func):
                 continue
             bucket = buckets.setdefault(tvm_ffi.structural_hash(func, map_free_vars=True), [])
             first = next((g for g in bucket
@@ -78,8 +87,7 @@ class ShareKernels:
         if target:
             redirect = _Redirect(out, target)
             for gv, func in list(out.functions.items()):
-                if isinstance(func, relax.Function) and not (
-                        func.attrs is not None and "Primitive" in func.attrs):
+                if isinstance(func, relax.Function) and not _kernel(func):
                     out[gv] = redirect.visit_expr(func)
         self.merged = len(target)
         return out
