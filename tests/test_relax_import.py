@@ -73,10 +73,10 @@ def fuse(mod):
 # ------------------------------------------------------------------------- fixed-point helper
 def test_kernel_requantization_on_llvm_matches_the_reference():
     """The kernel family's requantization (kernels.requantize), built by TVM's llvm, against
-    reference.multiply_by_quantized_multiplier: per-channel multipliers with left shifts (the
-    shifted-out bits of a negative value, which TVM marks "no unsigned wrap"), zero and right
-    shifts, exact rounding ties, and int32 extremes; and once with the shift a run-time
-    value."""
+    reference.multiply_by_quantized_multiplier: per-channel multipliers with left shifts (of
+    negative values too, where TVM's simplifier once folded the int32/uint32 casts wrongly),
+    zero and right shifts, exact rounding ties, and int32 extremes; and once with the shift a
+    run-time value."""
     from tvm.script.ir_builder import IRBuilder
     from tvm.script.ir_builder import tirx as T
     from tvm_serenity.codegen.kernels import requantize

@@ -244,8 +244,7 @@ def requantize(x, multiplier, shift):
     Python ints (folded).  Preconditions: ``0 <= multiplier < 2^31`` (``QuantizeMultiplier``),
     ``-31 <= shift <= 30``.
 
-    * ``x << max(shift, 0)`` is done on uint32 (the bits shifted out masked off first), so it
-      wraps like TFLite's ``x * (1 << s)``.
+    * ``x << max(shift, 0)`` is done on uint32, so it wraps like TFLite's ``x * (1 << s)``.
     * ``SaturatingRoundingDoublingHighMul(a, m) = floor((a*m + 2^30) / 2^31)`` (gemmlowp's
       negative nudge followed by a truncating division gives the same floor; its saturating
       case needs ``m = INT32_MIN``).  With ``a = ah*2^16 + al``, ``m = mh*2^16 + ml``
@@ -277,14 +276,13 @@ def requantize(x, multiplier, shift):
         x_low = _let("x_low", _u32(shifted & 0xFFFF), "uint32")
         x_high = _let("x_high", shifted >> 16)
     else:
-        # on x's bits, the bits shifted out masked off first (LLVM marks TVM's uint32 shifts
-        # "no unsigned wrap"); int32 <-> uint32 by reinterpreting (C: the same object read as
-        # its signed/unsigned type), which TVM's simplifier does not fold into the arithmetic
-        # around it (its cast chains and bounds are unsound across the sign bit)
-        limit = tirx.const(0xFFFFFFFF >> left, "uint32") if isinstance(left, int) else \
-            tirx.const(0xFFFFFFFF, "uint32") >> _u32(left)
+        # x's bits shifted on uint32 (wrapping like TFLite's x * (1 << s)); int32 <-> uint32 by
+        # reinterpreting (C: the same object read as its signed / unsigned type), which TVM's
+        # simplifier does not fold into the arithmetic around it: its casts between int32 and
+        # uint32 are unsound across the sign bit (an int8 -> int32 -> uint32 chain folded into
+        # one LLVM zero-extends; an int32 cast of a uint32 bounded as non-negative)
         unshifted = tirx.reinterpret("uint32", _let("unshifted", x))
-        bits = _let("bits", (unshifted & limit) << _u32(left), "uint32")
+        bits = _let("bits", unshifted << _u32(left), "uint32")
         x_low = _let("x_low", bits & tirx.const(0xFFFF, "uint32"), "uint32")
         x_high = _let("x_high", tirx.reinterpret("int32", bits) >> 16)
     m_low = _let("m_low", _u32(multiplier) & tirx.const(0xFFFF, "uint32"), "uint32")
