@@ -125,7 +125,8 @@ def test_a_blockbuilder_module_deploys_like_a_tflite(tmp_path):
     plan = json.loads((built.out_dir / "plan.json").read_text())
     relax_entry = plan["relax"]
     assert (relax_entry["front_end"], relax_entry["kernels"]) == ("relax", 4)
-    [scheduled] = relax_entry["passes"]         # the pass that ordered main decided the order
+    folded, scheduled = relax_entry["passes"]   # the pass that ordered main decided the order
+    assert folded == {"name": "FoldPad", "folded": 0}
     assert scheduled["name"] == "MemoryAwareSchedule" and scheduled["memory_model"] == "mcu"
     assert scheduled["peak_after"] == plan["schedule"]["peak_bytes"]
     assert scheduled["lower_bound"] == plan["schedule"]["lower_bound_bytes"]
@@ -228,7 +229,7 @@ def test_tflite_builds_say_they_went_through_relax(tmp_path):
     plan = json.loads((built.out_dir / "plan.json").read_text())
     assert plan["relax"]["front_end"] == "tflite"
     assert plan["relax"]["kernels"] == len(load_tflite(path).operators)
-    assert [p["name"] for p in plan["relax"]["passes"]] == ["MemoryAwareSchedule"]
+    assert [p["name"] for p in plan["relax"]["passes"]] == ["FoldPad", "MemoryAwareSchedule"]
     # the order compiled is the one the pass left in main, and it is the scheduler's
     from tvm_serenity.schedule import schedule
     core = integer_core(load_tflite(path), float_edges=True).model
@@ -266,7 +267,7 @@ def test_an_onnx_qdq_model_deploys_through_the_same_call(onnx_models, name, symm
     built = micro.build_model(path, "host", tmp_path / "out", input=inputs)
     plan = json.loads((built.out_dir / "plan.json").read_text())
     assert plan["relax"]["front_end"] == "onnx"          # from_onnx ran LowerFakeQuant
-    assert [p["name"] for p in plan["relax"]["passes"]] == ["MemoryAwareSchedule"]
+    assert [p["name"] for p in plan["relax"]["passes"]] == ["FoldPad", "MemoryAwareSchedule"]
     result = micro.run_model(built.out_dir)          # == the reference on model.tflite
     ours = [np.frombuffer(raw, np.float32).reshape(t.shape)
             for raw, t in zip(result.outputs, built.emitted.outputs)]

@@ -6,7 +6,8 @@ into ``out_dir``::
 
     front end: TFLite int8 model, or a Relax module read back as operators
         ─ integer_core (float edges kept, or stripped with int8_core=True)
-        ─ from_tflite                          Relax, one integer kernel per operator
+        ─ from_tflite                          Relax, one integer kernel call per operator
+        ─ FoldPad                              PADs into the convolutions' kernels (a pass)
         ─ MemoryAwareSchedule(memory_model="mcu")   the pass orders main (tvm_serenity.passes)
         ─ operators_of                         main read back in the order the pass left
         ─ tflite_to_graph (graph IR, PAD folded into convolutions, in-place flags)
@@ -16,8 +17,8 @@ into ``out_dir``::
 
 ``plan.json``'s ``relax`` entry says where the module came from (``front_end``), how many
 described kernels it had and what each pass decided (``passes``: ``LowerFakeQuant``'s lowered
-patterns for a module with float quantize/dequantize, ``MemoryAwareSchedule``'s peaks before and
-after, lower bound, optimality).
+patterns for a module with float quantize/dequantize, how many PADs ``FoldPad`` folded,
+``MemoryAwareSchedule``'s peaks before and after, lower bound, optimality).
 
 ``rewrite=True`` replaces the schedule pass with identity graph rewriting on the graph IR
 (the rewritten nodes are kernels of the MCU emitter, not TFLite operators):
@@ -101,7 +102,7 @@ from .frontend.relax_import import OperatorDescription, from_tflite
 from .frontend.relax_lift import operators_of
 from .frontend.tflite_model import Tensor, TFLiteModel
 from .graph import Graph
-from .passes import LowerFakeQuant, MemoryAwareSchedule
+from .passes import FoldPad, LowerFakeQuant, MemoryAwareSchedule
 from .rewrite import PATTERN_NAMES, RewriteResult, rewrite_graph
 from .rewrite.patch import PatchPlan, plan_for, plan_patches, why_no_plan, without_inplace
 from .rip.choice import relax_channel_kinds
@@ -526,7 +527,9 @@ def _compile(front_end, source: Path, target: str, out_dir, marker: dict, *, for
     with new_build(out_dir, KIND, force=force, derived=DERIVED, extra=marker) as tmp:
         core, relax_entry = front_end(tmp)
         search = Deadline.of(time_limit, DEFAULT_TIME_LIMIT)   # schedule + arena together
-        mod = from_tflite(core.model)
+        fold = FoldPad()
+        mod = fold(from_tflite(core.model))
+        relax_entry["passes"].append({"name": "FoldPad", "folded": len(fold.folded)})
         if not rewrite:
             scheduler = MemoryAwareSchedule(schedule, search.share(0.5), inplace=rip,
                                             memory_model="mcu")

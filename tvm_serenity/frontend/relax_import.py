@@ -185,8 +185,9 @@ class OperatorDescription:
     an omitted optional input. ``pad``: ``{"paddings": [[before, after], ...], "value": v}``
     when the kernel pads its first input with ``v`` before the operator (whose own padding is
     then VALID): read back as a PAD (``v`` the zero point) or PADV2 before it, for a window
-    whose explicit padding TFLite's SAME/VALID cannot say. ``index`` is the operator's number
-    in its source file (None: none). Kept as function attributes with the kernel's
+    whose explicit padding TFLite's SAME/VALID cannot say (``"index"``: the PAD's own number in
+    its source file, when a pass folded one). ``index`` is the operator's number in its
+    source file (None: none). Kept as function attributes with the kernel's
     :func:`kernel_hash`, so it holds for as long as no pass changes the kernel (a pass that
     does, keeping the attributes, leaves a kernel without description);
     :func:`tvm_serenity.frontend.relax_lift.operators_of` reads it back."""
@@ -393,11 +394,13 @@ def spatial_pad(description: OperatorDescription) -> tuple[int, int, int, int] |
 
 def operator_call(bb: relax.BlockBuilder, model: TFLiteModel, op: Operator,
                   values: Mapping[int, relax.Expr], *, name: str | None = None,
-                  pre_pad=None, index: int | None = -1, inherit: bool = False) -> relax.Expr:
+                  pre_pad=None, pad_index: int | None = None, index: int | None = -1,
+                  inherit: bool = False) -> relax.Expr:
     """The call of ``op``'s integer kernel (module docstring) on ``values`` (tensor index ->
     Relax expression, for its activation inputs), the kernel added to ``bb``'s module as
     ``name`` (default: the operator's node name) with its description; ``pre_pad``: a PAD the
-    window applies first (``(top, bottom, left, right)``, the description's ``pad``);
+    window applies first (``(top, bottom, left, right)``, the description's ``pad``;
+    ``pad_index``: the number of the PAD operator in its source file, if it had one);
     ``index``: the operator number the description keeps (-1: the operator's own);
     ``inherit``: the operator computes in whatever quantization its input has (its
     activations and output are described as :data:`INHERIT`)."""
@@ -410,7 +413,8 @@ def operator_call(bb: relax.BlockBuilder, model: TFLiteModel, op: Operator,
     pad = None if pre_pad is None else {
         "paddings": [[0, 0], [pre_pad[0], pre_pad[1]], [pre_pad[2], pre_pad[3]], [0, 0]],
         "value": ref.INT8_MIN if op.op == "MAX_POOL_2D"
-        else model.tensors[op.inputs[0]].quant.scalar_zero_point}
+        else model.tensors[op.inputs[0]].quant.scalar_zero_point,
+        **({} if pad_index is None else {"index": pad_index})}
     if kc.spec is None and kc.prim_func is None:    # RESHAPE; float SOFTMAX, LOG_SOFTMAX, ARG_MAX
         args = [values[i] for i in op.inputs if i >= 0 and model.tensors[i].data is None]
         positions = {k: n for n, k in enumerate(

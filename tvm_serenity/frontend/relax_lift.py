@@ -262,7 +262,8 @@ class _Lift:
                                           np.asarray([value], entry["dtype"])))
         out = self.new_tensor({**entry, "name": f"{entry['name']}_padded", "shape": shape})
         self.entries[out] = (quant, who)
-        return Operator(len(self.operators), op, tuple(inputs), (out,), {})
+        return Operator(desc.pad.get("index", len(self.operators)), op, tuple(inputs), (out,),
+                        {})
 
     def lift(self) -> TFLiteModel:
         if not any(gv.name_hint == "main" for gv in self.mod.functions):

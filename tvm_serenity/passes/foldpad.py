@@ -117,7 +117,8 @@ class FoldPad:
                 model, op = conv.model()
                 calls[reader] = operator_call(bb, model, op, {op.inputs[0]: pad_call.arg(0)},
                                               name=f"{conv.kernel.name_hint}_padded",
-                                              pre_pad=pads, index=conv.description.index)
+                                              pre_pad=pads, index=conv.description.index,
+                                              pad_index=pad_call.description.index)
             else:
                 replaced.update(calls)
                 self.folded.append(f"{fname}:{b.var.name}")
