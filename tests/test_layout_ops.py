@@ -29,7 +29,7 @@ HOST_CC = shutil.which("gcc") or shutil.which("cc")
 ARM_CC = shutil.which("arm-none-eabi-gcc")
 needs_host_cc = pytest.mark.skipif(HOST_CC is None, reason="no host C compiler")
 OPS = ("mean", "fully_connected", "transpose", "concatenation", "pad", "strided_slice",
-       "resize_nearest")
+       "resize_nearest", "arg_max")
 CASES_PER_OP = 14
 
 
@@ -175,6 +175,22 @@ def resize_nearest_case(rng) -> Case:
     return Case("resize_nearest", ((n, h, w, c), (oh, ow)),
                 [x.ravel(), _garbage(rng, expected.size), (rows * (w * c)).astype(np.int32),
                  (cols * c).astype(np.int32)], 1, expected)
+
+
+def arg_max_case(rng) -> Case:
+    """int8 or float32 (ties, NaN and -inf among the values), indices as int32 bytes."""
+    outer, size, inner = (int(v) for v in rng.integers(1, [4, 9, 5]))
+    dtype = ("int8", "float32")[int(rng.integers(0, 2))]
+    if dtype == "int8":
+        x = rng.integers(-4, 4, (outer, size, inner)).astype(np.int8)      # ties
+        data = x.ravel()
+    else:
+        x = rng.choice(np.array([-2.5, 0.0, -0.0, 1.5, 1.5, 3.0, np.nan, -np.inf],
+                                np.float32), (outer, size, inner))
+        data = x.ravel().view(np.int8)
+    expected = ref.arg_max(x, 1).astype("<i4").view(np.int8).ravel()
+    return Case("arg_max", (outer, size, inner, dtype),
+                [data.copy(), _garbage(rng, expected.size)], 1, expected)
 
 
 def random_cases(op: str, seed: int, count: int = CASES_PER_OP) -> list[Case]:
@@ -387,6 +403,8 @@ def test_prototypes_and_scratch_are_the_graph_emitters_abi(op):
      "NHWC input and a non-empty size only"),
     ("resize_nearest", ((1, 4, 4, 2), (0, 8)), "k: RESIZE_NEAREST_NEIGHBOR of [1, 4, 4, 2] to "
      "[0, 8]: NHWC input and a non-empty size only"),
+    ("arg_max", (2, 0, 3, "int8"), "k: empty ARG_MAX (2x0x3)"),
+    ("arg_max", (2, 4, 3, "int16"), "k: ARG_MAX of int16 (int8 or float32 only)"),
 ])
 def test_refusals_name_what_is_wrong(op, args, message):
     for build in (f"{op}_kernel", f"{op}_prim_func"):

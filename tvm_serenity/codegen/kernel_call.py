@@ -48,8 +48,7 @@ from ..frontend.tflite_model import Operator, Tensor, TFLiteModel, UnsupportedOp
 from . import elementwise_ops as ew
 from . import layout_ops as lo
 from .kernels import make_prim_func, relax_abi
-from .ops import (FLOAT_MATH, OpKernel, arg_max_kernel, log_softmax_float_kernel,
-                  softmax_float_kernel)
+from .ops import FLOAT_MATH, OpKernel, log_softmax_float_kernel, softmax_float_kernel
 from .spec import AddRescale, CodegenError, LayerSpec, pack_conv2d_weight
 
 __all__ = ["Operand", "Result", "Table", "Scratch", "KernelCall", "kernel_call", "KERNEL_OPS"]
@@ -528,17 +527,17 @@ class _Calls:
         return self.prim([Operand(0), Result()], kernel, None, float_math=math)
 
     def arg_max(self) -> KernelCall:
-        """ARG_MAX of an int8 or float32 tensor along its constant axis, int32 indices (a C
-        kernel of :mod:`.ops`)."""
+        """ARG_MAX of an int8 or float32 tensor along its constant axis, int32 indices
+        (:mod:`.layout_ops`)."""
         x = self.tensor(0)
         x = self.activation(0, "float32" if x.dtype == "float32" else "int8")
         shape = [int(d) for d in x.shape]
         axis = int(np.asarray(self.tensor(1).data).reshape(-1)[0]) % len(shape)
         outer, inner = (int(np.prod(part, dtype=np.int64)) for part in (shape[:axis],
                                                                          shape[axis + 1:]))
-        return self.prim([Operand(0), Result()],
-                         partial(arg_max_kernel, self.name, outer, shape[axis], inner, x.dtype),
-                         None)
+        values = (self.name, outer, shape[axis], inner, x.dtype)
+        return self.prim([Operand(0), Result()], partial(lo.arg_max_kernel, *values),
+                         partial(lo.arg_max_prim_func, *values))
 
     def resize_nearest(self) -> KernelCall:
         """RESIZE_NEAREST_NEIGHBOR: the reference's source rows and columns (read off by

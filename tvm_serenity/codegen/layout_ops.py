@@ -42,8 +42,15 @@ output, docs/rip.md):
 * FULLY_CONNECTED with ``gather`` copies row ``r`` into ``scratch`` before writing any output
   of row ``r`` and reads no input after it: the RiP layout of the row-as-pixel geometry is
   safe. Without ``gather`` input and output must be disjoint.
+* **ARG_MAX** (``input, output``) of an ``(outer, size, inner)`` view of an int8 or float32
+  tensor: per column the int32 index of the first value no later one exceeds (TFLite's
+  ``reference_ops::ArgMinMax`` with ``std::greater``: a NaN is never greater), floats read and
+  indices written through ``memcpy`` (any offset).
 * TRANSPOSE, CONCATENATION, PAD, STRIDED_SLICE and RESIZE_NEAREST_NEIGHBOR need disjoint
-  buffers.
+  buffers. ARG_MAX writes index ``q`` (4 bytes) after reading column ``q`` whole: over a
+  float32 input every input element at or before ``q`` is then read, so the output may start
+  where the input starts; over int8 that holds when the reduced axis is the last and has 4 or
+  more values (bytes ``4q .. 4q + 3`` lie in rows ``<= q``).
 
 The C has no ``restrict``, so a compiler keeps each read before the writes that follow it.
 """
@@ -396,3 +403,50 @@ def resize_nearest_kernel(name: str, in_shape, out_hw) -> OpKernel:
     func = resize_nearest_prim_func(name, in_shape, out_hw)
     return op_kernel(name, f"RESIZE_NEAREST_NEIGHBOR: {list(in_shape)} -> [{n}, {oh}, {ow}, "
                    f"{c}], pixel copies.", func, ["input", "rows", "cols"])
+
+
+# ------------------------------------------------------------------ ARG_MAX
+def arg_max_prim_func(name: str, outer: int, size: int, inner: int, dtype: str
+                      ) -> tirx.PrimFunc:
+    """ARG_MAX of an ``(outer, size, inner)`` view of an int8 or float32 tensor (module
+    docstring): ``input`` holds its bytes, ``output`` the ``4 * outer * inner`` bytes of the
+    int32 indices."""
+    if min(outer, size, inner) < 1:
+        raise CodegenError(f"{name}: empty ARG_MAX ({outer}x{size}x{inner})")
+    if dtype not in ("int8", "float32"):
+        raise CodegenError(f"{name}: ARG_MAX of {dtype} (int8 or float32 only)")
+    width = 4 if dtype == "float32" else 1
+
+    def emit(source, output):
+        with ExitStack() as stack:
+            o, j = (stack.enter_context(_loop(n, e)) if e > 1 else tirx.const(0, "int32")
+                    for n, e in (("o", outer), ("j", inner)))
+            best, value, index = (_local(n, dtype=t) for n, t in (
+                ("best", dtype), ("v", dtype), ("index", "int32")))
+
+            def load(target, k):
+                if width == 4:
+                    _extern("memcpy", tirx.address_of(target[0]),
+                            tirx.address_of(source[4 * k]), _size(4))
+                else:
+                    _store(target, 0, source[k])
+            load(best, o * (size * inner) + j)
+            _store(index, 0, 0)
+            with _loop("i", size - 1) as i:
+                load(value, (o * size + i + 1) * inner + j)
+                with T.If(value[0] > best[0]):
+                    with T.Then():
+                        _store(best, 0, value[0])
+                        _store(index, 0, i + 1)
+            _extern("memcpy", tirx.address_of(output[4 * (o * inner + j)]),
+                    tirx.address_of(index[0]), _size(4))
+    return prim_func(name, [("input", outer * size * inner * width, "int8"),
+                            ("output", 4 * outer * inner, "int8")], emit)
+
+
+def arg_max_kernel(name: str, outer: int, size: int, inner: int, dtype: str) -> OpKernel:
+    """ARG_MAX (:func:`arg_max_prim_func`) as C."""
+    return op_kernel(name, f"ARG_MAX {dtype}: {outer} x [{size}] x {inner} -> int32 "
+                     "indices, the first maximum wins (TFLite reference_ops::ArgMinMax, "
+                     "std::greater)", arg_max_prim_func(name, outer, size, inner, dtype),
+                     ["input"])

@@ -14,8 +14,8 @@ modules state each kernel's arithmetic and in-place safety. What is left here:
   ``_plus``, :func:`c_float` and TFLM's SOFTMAX constants (:data:`SOFTMAX_ACCUMULATION_BITS`,
   gemmlowp's reciprocal constants);
 * the float32 operators after the int8 core, still C text because their ``exp`` and ``log``
-  are C helpers: ``softmax_float_kernel``, ``log_softmax_float_kernel`` and
-  ``arg_max_kernel``, TFLite's ``reference_ops`` loops in float32
+  are C helpers: ``softmax_float_kernel`` and ``log_softmax_float_kernel``, TFLite's
+  ``reference_ops`` loops in float32
   (:func:`tvm_serenity.frontend.reference.softmax_float` and siblings), each ``static void
   name(const int8_t *input, int8_t *output)`` reading and writing through ``memcpy`` (float
   tensors sit at any byte offset of the arena: no unaligned word access).
@@ -32,11 +32,7 @@ FPU): about one microsecond per exponential, for the few classes of a classifier
 
 In-place safety, which the graph emitter relies on when the arena plan overlaps input and
 output (docs/rip.md): the float32 SOFTMAX and LOG_SOFTMAX read a row whole (its maximum, its
-sum) before writing it, then each output right after its input: exact alias is safe. ARG_MAX
-writes index ``q`` (4 bytes) after reading column ``q`` whole: over a float32 input every
-input element at or before ``q`` is then read, so the output may start where the input starts;
-over int8 that holds when the reduced axis is the last and has 4 or more values (bytes ``4q ..
-4q + 3`` lie in rows ``<= q``).
+sum) before writing it, then each output right after its input: exact alias is safe.
 """
 
 from __future__ import annotations
@@ -49,7 +45,7 @@ from ..frontend import reference as ref
 from .spec import INT8_MAX, INT8_MIN, CodegenError
 
 __all__ = ["OpKernel", "c_array", "c_float", "SOFTMAX_ACCUMULATION_BITS", "FLOAT_MATH",
-           "float_math_c", "softmax_float_kernel", "log_softmax_float_kernel", "arg_max_kernel"]
+           "float_math_c", "softmax_float_kernel", "log_softmax_float_kernel"]
 
 
 _CTYPES = {"int8": "int8_t", "int16": "int16_t", "int32": "int32_t"}
@@ -325,36 +321,3 @@ def log_softmax_float_kernel(name: str, rows: int, depth: int) -> OpKernel:
         rows, depth, ", log_sum", body)
 
 
-def arg_max_kernel(name: str, outer: int, size: int, inner: int, dtype: str) -> OpKernel:
-    """TFLite's ARG_MAX (``reference_ops::ArgMinMax`` with ``std::greater``,
-    :func:`~tvm_serenity.frontend.reference.arg_max`) of an ``(outer, size, inner)`` view of
-    an int8 or float32 tensor: per column the int32 index of the first value no later one
-    exceeds, written through ``memcpy`` (any offset). In place: module docstring."""
-    if min(outer, size, inner) < 1:
-        raise CodegenError(f"{name}: empty ARG_MAX ({outer}x{size}x{inner})")
-    if dtype not in ("int8", "float32"):
-        raise CodegenError(f"{name}: ARG_MAX of {dtype} (int8 or float32 only)")
-    ctype, width = ("float", 4) if dtype == "float32" else ("int8_t", 1)
-    load = ("memcpy(&v, input + {k} * 4, 4);" if width == 4 else "v = input[{k}];")
-    source = f"""\
-/* ARG_MAX {dtype}: {outer} x [{size}] x {inner} -> int32 indices, the first maximum wins
- * (TFLite reference_ops::ArgMinMax, std::greater). */
-static void {name}(const int8_t *input, int8_t *output) {{
-    for (int32_t o = 0; o < {outer}; ++o)
-        for (int32_t j = 0; j < {inner}; ++j) {{
-            {ctype} best, v;
-            int32_t index = 0;
-            {load.format(k=f"(o * {size * inner} + j)")}
-            best = v;
-            for (int32_t i = 1; i < {size}; ++i) {{
-                {load.format(k=f"((o * {size} + i) * {inner} + j)")}
-                if (v > best) {{
-                    best = v;
-                    index = i;
-                }}
-            }}
-            memcpy(output + 4 * (o * {inner} + j), &index, 4);
-        }}
-}}
-"""
-    return OpKernel(name, source)

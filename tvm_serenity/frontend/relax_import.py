@@ -20,11 +20,12 @@ packed weights, biases, per-channel multipliers and shifts, lookup tables -- as 
 arguments, its scratch its own). So the tensors between kernels are exactly the TFLite
 activation tensors: an int32 accumulator or a lookup index never leaves its kernel, and nothing
 of two operators is fused into one kernel. A RESHAPE is a Relax function of one ``R.reshape``
-(a view once legalized). The float32 SOFTMAX / LOG_SOFTMAX and ARG_MAX that models put after
-their int8 core, whose microcontroller kernels are C (:mod:`tvm_serenity.codegen.ops`), are
-Relax functions here too (:func:`softmax_float` and siblings, below), TFLite's
-``reference_ops`` in float32 (on ``llvm`` ``exp``/``log`` are the process's libm: glibc's, as
-TFLite Micro's Python wrapper calls, bit for bit).
+(a view once legalized). The float32 SOFTMAX / LOG_SOFTMAX that models put after their int8
+core, whose microcontroller kernels are C (:mod:`tvm_serenity.codegen.ops`: their ``exp`` and
+``log`` are C helpers), are Relax functions here too (:func:`softmax_float` and
+:func:`log_softmax_float`, below), TFLite's ``reference_ops`` in float32 (on ``llvm``
+``exp``/``log`` are the process's libm: glibc's, as TFLite Micro's Python wrapper calls, bit
+for bit).
 
 **Every kernel says what it computes.** Each carries its :class:`OperatorDescription` (the
 TFLite operator, options, tensors with their quantization, its constants in TFLite's layout,
@@ -62,7 +63,7 @@ from .to_graph import GRAPH_OPS, operator_node
 
 __all__ = ["from_tflite", "SUPPORTED_OPS", "tensor_var_names", "kernel_function",
            "operator_call", "table_of", "row_max_float", "softmax_float", "log_softmax_float",
-           "arg_max", "OperatorDescription", "describe_operator", "quant_description",
+           "OperatorDescription", "describe_operator", "quant_description",
            "tensor_description", "described_tensor", "operator_model", "kernel_callee", "INHERIT",
            "spatial_pad",
            "OPERATOR_ATTR", "CONSTANTS_ATTR", "KERNEL_HASH_ATTR", "kernel_hash",
@@ -105,16 +106,6 @@ def log_softmax_float(x: relax.Expr) -> relax.Expr:
     """:func:`.reference.log_softmax_float`: ``(x - max) - log(sum exp(x - max))``."""
     d = R.subtract(x, row_max_float(x))
     return R.subtract(d, R.log(R.sum(R.exp(d), axis=-1, keepdims=True)))
-
-
-def arg_max(x: relax.Expr, axis: int, out_dtype: str) -> relax.Expr:
-    """:func:`.reference.arg_max`: the first index of the largest value along ``axis``;
-    over float32 a NaN first value keeps index 0 (nothing is greater than it)."""
-    index = _first_max_index(x, axis)
-    if x.ty.dtype == "float32":
-        first = R.strided_slice(x, axes=[axis], begin=[0], end=[1])
-        index = R.where(R.isnan(first), relax.const(0, "int64"), index)
-    return R.astype(R.squeeze(index, [axis]), out_dtype)
 
 
 # ==================================================================== operator descriptions
@@ -415,7 +406,7 @@ def operator_call(bb: relax.BlockBuilder, model: TFLiteModel, op: Operator,
         "value": ref.INT8_MIN if op.op == "MAX_POOL_2D"
         else model.tensors[op.inputs[0]].quant.scalar_zero_point,
         **({} if pad_index is None else {"index": pad_index})}
-    if kc.spec is None and kc.prim_func is None:    # RESHAPE; float SOFTMAX, LOG_SOFTMAX, ARG_MAX
+    if kc.spec is None and kc.prim_func is None:    # RESHAPE; float SOFTMAX, LOG_SOFTMAX
         args = [values[i] for i in op.inputs if i >= 0 and model.tensors[i].data is None]
         positions = {k: n for n, k in enumerate(
             k for k, i in enumerate(op.inputs) if i >= 0 and model.tensors[i].data is None)}
@@ -462,16 +453,9 @@ def _float_softmax(model: TFLiteModel, op: Operator):
     return lambda x: softmax_float(x, beta)
 
 
-def _float_arg_max(model: TFLiteModel, op: Operator):
-    axis = int(model.tensors[op.inputs[1]].data.reshape(-1)[0]) \
-        % len(model.tensors[op.inputs[0]].shape)
-    return lambda x: arg_max(x, axis, model.tensors[op.outputs[0]].dtype)
-
-
 #: The operators whose kernel here is a Relax function (module docstring): RESHAPE (a view)
-#: and the float32 ones after the int8 core.
+#: and the float32 SOFTMAX / LOG_SOFTMAX after the int8 core.
 _FLOAT_LOWER = {"SOFTMAX": _float_softmax, "LOG_SOFTMAX": _float_softmax,
-                "ARG_MAX": _float_arg_max,
                 "RESHAPE": lambda model, op: lambda x: R.reshape(
                     x, tuple(model.tensors[op.outputs[0]].shape))}
 
