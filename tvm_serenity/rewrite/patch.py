@@ -73,6 +73,8 @@ model with the interpreter. Tests compare it byte for byte with
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import re
 import time
 from dataclasses import dataclass
 
@@ -88,7 +90,7 @@ from ..frontend.tflite_model import TFLiteModel
 
 __all__ = ["PatchError", "Window", "LayerRegion", "Segment", "PatchPlan", "window_of",
            "prefix_chain", "cuts", "split_extent", "input_range", "patch_regions",
-           "source_region", "prefix_macs", "network_macs", "patched_graph", "why_no_plan",
+           "strip_regions", "parse_grid", "source_region", "prefix_macs", "network_macs", "patched_graph", "why_no_plan",
            "without_inplace", "plan_patches", "plan_for", "run_patched", "GRID_MAX"]
 
 GRID_MAX = 8
@@ -138,6 +140,9 @@ class LayerRegion:
     in_rows: Span
     in_cols: Span
     padding: tuple[int, int, int, int]
+    # a cached strip: the rows the layer's buffer holds once the strip's new rows
+    # ``out_rows`` are written (None: a recomputed patch holds just ``out_rows``)
+    buffer_rows: Span | None = None
 
     @property
     def out_pixels(self) -> int:
@@ -151,17 +156,25 @@ class LayerRegion:
 @dataclass(frozen=True)
 class Segment:
     """One run of patches: the layers ``windows`` read from node ``input`` (the graph input,
-    or the full output an earlier segment wrote), computed in a ``grid`` of patches."""
+    or the full output an earlier segment wrote), computed in a ``grid`` of patches, or
+    (``cached``) in ``grid[0]`` full-width row strips whose layers keep the rows their
+    readers still need (no recomputation)."""
 
     input: str
     windows: tuple[Window, ...]
-    grid: tuple[int, int]                 # patch rows x patch columns
+    grid: tuple[int, int]                 # patch rows x patch columns (cached: strips x 1)
     regions: tuple[tuple[LayerRegion, ...], ...]   # per patch (row-major), per layer
     extra_macs: int
+    cached: bool = False
 
     @property
     def layers(self) -> tuple[str, ...]:
         return tuple(w.name for w in self.windows)
+
+    @property
+    def label(self) -> str:
+        """The grid as the CLI spells it: ``RxC`` (recomputed halos), ``Rx1c`` (cached)."""
+        return f"{self.grid[0]}x{self.grid[1]}{'c' if self.cached else ''}"
 
     @property
     def exit(self) -> str:
@@ -170,7 +183,7 @@ class Segment:
 
     def apply(self, graph: Graph, stream_input: bool = False) -> Graph:
         return patched_graph(graph, self.input, list(self.windows), list(self.regions),
-                             stream_input)
+                             stream_input, self.cached)
 
 
 @dataclass(frozen=True)
@@ -370,12 +383,61 @@ def patch_regions(windows: list[Window], grid: tuple[int, int]
     return out
 
 
+def strip_regions(windows: list[Window], strips: int) -> list[tuple[LayerRegion, ...]]:
+    """Per strip of a cached segment (``strips`` full-width row strips of the last layer's
+    output, top to bottom), per layer: its region. A layer computes each of its rows once,
+    at the first strip whose rows need it (``out_rows``, empty when it computes nothing new),
+    from the input rows those new rows read; its buffer then holds ``buffer_rows``, from the
+    first row a reader still needs (now or at a later strip) to its last computed row."""
+    last = windows[-1]
+    none = last.in_hw[0] + max(w.in_hw[0] for w in windows)        # above every row index
+    ends = {last.name: [b for _, b in split_extent(last.out_hw[0], strips)]}
+    firsts: dict[str, list[int]] = {}   # per layer and strip: first row its readers read
+    reads: dict[str, list] = {}
+    for w in reversed(windows):
+        end = list(itertools.accumulate(ends[w.name], max))
+        ends[w.name] = end
+        spans = list(zip([0] + end[:-1], end))
+        reads[w.name] = [input_range(span, w.in_hw[0], w.kernel[0], w.stride[0], w.dilation[0],
+                                     w.padding[0]) if span[0] < span[1] else None
+                         for span in spans]
+        for src in w.inputs:
+            src_end = ends.setdefault(src, [0] * strips)
+            src_first = firsts.setdefault(src, [none] * strips)
+            for s, read in enumerate(reads[w.name]):
+                if read is not None:
+                    src_end[s] = max(src_end[s], read[0][1])
+                    src_first[s] = min(src_first[s], read[0][0])
+    out: list[list[LayerRegion]] = [[] for _ in range(strips)]
+    for w in windows:
+        in_cols, left, right = input_range((0, w.out_hw[1]), w.in_hw[1], w.kernel[1],
+                                           w.stride[1], w.dilation[1], w.padding[2])
+        # from each strip on, the first row a reader still reads (suffix minimum)
+        needed = list(itertools.accumulate(reversed(firsts.get(w.name, [none] * strips)),
+                                           min))[::-1]
+        held = None
+        for s, read in enumerate(reads[w.name]):
+            new = (ends[w.name][s - 1] if s else 0, ends[w.name][s])
+            if read is None:
+                region = LayerRegion(w.name, new, (0, w.out_hw[1]), (0, 0), in_cols,
+                                     (0, 0, 0, 0), held)
+            else:
+                (in_rows, top, bottom) = read
+                if w is not last:
+                    held = (min(new[0], needed[s]), new[1])
+                region = LayerRegion(w.name, new, (0, w.out_hw[1]), in_rows, in_cols,
+                                     (top, bottom, left, right), held)
+            out[s].append(region)
+    return [tuple(regions) for regions in out]
+
+
 def source_region(windows: list[Window], patch: tuple[LayerRegion, ...], source: str
-                  ) -> tuple[Span, Span]:
-    """Rows and columns of ``source`` (a layer, or the graph input) that one patch reads."""
+                  ) -> tuple[Span, Span] | None:
+    """Rows and columns of ``source`` (a layer, or the graph input) that one patch reads
+    (None when it reads none: a cached strip whose readers of it compute nothing new)."""
     box = None
     for w, r in zip(windows, patch):
-        if source in w.inputs:
+        if source in w.inputs and r.out_rows[0] < r.out_rows[1]:
             box = _union(box, (r.in_rows, r.in_cols))
     return box
 
@@ -411,14 +473,18 @@ def _window_of_buffer(region: tuple[Span, Span], buffer: tuple[Span, Span], chan
     return offset, None if cols == buffer_cols else width * channels
 
 
-def _region_attrs(orig: Node, w: Window, r: LayerRegion, p: int, sources, target) -> dict:
+def _region_attrs(orig: Node, w: Window, r: LayerRegion, p: int, sources, target,
+                  is_exit: bool = False, keep: tuple[int, int] | None = None) -> dict:
     """Patch node attributes: the layer's own with its input shape and padding those of the
     region (what a kernel for the region is built from), and ``"patch"``: which layer and
     patch, and where it reads and writes. ``sources``: per input of ``w``, the rows and
-    columns the buffer it reads holds (the graph input, its streamed region, or the patch of
-    the layer before); ``target``: the full prefix output for the last layer (None: a patch
-    tensor of its own). A region of a wider buffer starts ``*_offset`` elements into it and
-    its rows are ``*_row_pitch`` elements apart (None: contiguous)."""
+    columns the buffer it reads holds (the graph input, its streamed region, the patch or
+    cached buffer of the layer before); ``target``: the rows and columns of the tensor the
+    output rows are written into (the full prefix output when ``is_exit``, a cached buffer;
+    None: a patch tensor of its own). A region of a wider buffer starts ``*_offset``
+    elements into it and its rows are ``*_row_pitch`` elements apart (None: contiguous).
+    ``keep``: a cached buffer's rows kept from the layer's buffer before it, as (offset,
+    elements) in that buffer; they move to the start of this one."""
     in_shape = [1, r.in_rows[1] - r.in_rows[0], r.in_cols[1] - r.in_cols[0], w.in_channels]
     attrs = dict(orig.attrs)
     if w.op in _CONVS + _POOLS:
@@ -434,12 +500,13 @@ def _region_attrs(orig: Node, w: Window, r: LayerRegion, p: int, sources, target
     if target is not None:
         out_offset, out_pitch = _window_of_buffer((r.out_rows, r.out_cols), target,
                                                   int(orig.shape[3]))
-    attrs["patch"] = {"of": w.name, "index": p, "exit": target is not None,
+    attrs["patch"] = {"of": w.name, "index": p, "exit": is_exit,
                       "rows": list(r.out_rows), "cols": list(r.out_cols),
                       "in_rows": list(r.in_rows), "in_cols": list(r.in_cols),
                       "in_offsets": [o for o, _ in reads],
                       "in_row_pitches": [pitch for _, pitch in reads],
-                      "out_offset": out_offset, "out_row_pitch": out_pitch}
+                      "out_offset": out_offset, "out_row_pitch": out_pitch,
+                      "keep": None if keep is None else list(keep)}
     return attrs
 
 
@@ -458,11 +525,13 @@ def _region_inplace(orig: Node, w: Window, r: LayerRegion) -> int | None:
 
 
 def patched_graph(graph: Graph, input_name: str, windows: list[Window],
-                  regions: list[tuple[LayerRegion, ...]], stream_input: bool = False) -> Graph:
-    """The graph with the prefix ``windows`` computed patch by patch (module docstring).
-    Every patch node keeps its layer's ``tflite_index`` and attributes, with the region's
-    input shape and padding, and says in ``attrs["patch"]`` which layer and patch it is and
-    where it reads and writes (:func:`_region_attrs`)."""
+                  regions: list[tuple[LayerRegion, ...]], stream_input: bool = False,
+                  cached: bool = False) -> Graph:
+    """The graph with the prefix ``windows`` computed patch by patch, or strip by strip with
+    cached rows (``cached``, ``regions`` of :func:`strip_regions`; module docstring). Every
+    patch node keeps its layer's ``tflite_index`` and attributes, with the region's input
+    shape and padding, and says in ``attrs["patch"]`` which layer and patch it is and where
+    it reads and writes (:func:`_region_attrs`)."""
     last = windows[-1]
     input_node = graph[input_name]
     prefix = {w.name for w in windows}
@@ -481,12 +550,15 @@ def patched_graph(graph: Graph, input_name: str, windows: list[Window],
                          if n not in prefix and not (stream_input and n == input_name)]
     nodes.append(alloc)
     y = alloc.name
+    held = {}                 # layer -> (node, rows x cols it holds); kept across strips
     for p, patch in enumerate(regions):
         tag = f"patch{p}"
-        held = {input_name: (input_name, whole_input)}    # layer -> (node, rows x cols held)
-        if stream_input:
-            rows, cols = source_region(windows, patch, input_name)
-            held[input_name] = (f"{input_name}.{tag}", (rows, cols))
+        if not cached or not held:
+            held = {input_name: (input_name, whole_input)}
+        box = source_region(windows, patch, input_name) if stream_input else None
+        if box is not None:   # the input rows this patch reads, read again where they overlap
+            (rows, cols) = box
+            held[input_name] = (f"{input_name}.{tag}", box)
             nodes.append(Node(held[input_name][0], "input_region", (),
                               (rows[1] - rows[0]) * (cols[1] - cols[0]) * in_pixel,
                               (1, rows[1] - rows[0], cols[1] - cols[0], input_node.shape[3]),
@@ -495,24 +567,38 @@ def patched_graph(graph: Graph, input_name: str, windows: list[Window],
                                "cols": list(cols),
                                "tensor_index": input_node.attrs.get("tensor_index")}))
         for w, r in zip(windows, patch):
+            if r.out_rows[0] == r.out_rows[1]:
+                continue        # a cached strip that needs no new row of this layer
             orig = graph[w.name]
             srcs = tuple(held[i][0] for i in w.inputs)
-            attrs = _region_attrs(orig, w, r, p, [held[i][1] for i in w.inputs],
-                                  full_output if w is last else None)
+            sources = [held[i][1] for i in w.inputs]
             name = f"{w.name}.{tag}"
             if w is last:
+                attrs = _region_attrs(orig, w, r, p, sources, full_output, is_exit=True)
                 nodes.append(Node(name, orig.op, (y, *srcs), orig.bytes, orig.shape,
                                   orig.dtype, attrs, "alias"))
                 y = name
+                continue
+            rows = r.buffer_rows or r.out_rows
+            buffer = (rows, r.out_cols)
+            shape = (1, rows[1] - rows[0], r.out_cols[1] - r.out_cols[0], orig.shape[3])
+            nbytes = shape[1] * shape[2] * w.out_pixel_bytes
+            before_rows = held[w.name][1][0] if w.name in held else (0, 0)
+            keep = None
+            if rows[0] < before_rows[1]:            # rows kept from the strip before
+                width = shape[2] * shape[3]
+                keep = ((rows[0] - before_rows[0]) * width, (before_rows[1] - rows[0]) * width)
+            attrs = _region_attrs(orig, w, r, p, sources,
+                                  buffer if r.buffer_rows is not None else None, keep=keep)
+            if keep is not None:      # the buffer before, its kept rows moved to the start
+                nodes.append(Node(name, orig.op, (held[w.name][0], *srcs), nbytes, shape,
+                                  orig.dtype, attrs, "alias"))
             else:
-                shape = (1, r.out_rows[1] - r.out_rows[0], r.out_cols[1] - r.out_cols[0],
-                         orig.shape[3])
                 own = len(srcs) == 1 and srcs[0] != input_name \
-                    and held[w.inputs[0]][1] == (r.in_rows, r.in_cols)
-                nodes.append(Node(name, orig.op, srcs, r.out_pixels * w.out_pixel_bytes,
-                                  shape, orig.dtype, attrs,
+                    and sources[0] == (r.in_rows, r.in_cols)
+                nodes.append(Node(name, orig.op, srcs, nbytes, shape, orig.dtype, attrs,
                                   _region_inplace(orig, w, r) if own else None))
-            held[w.name] = (name, (r.out_rows, r.out_cols))
+            held[w.name] = (name, buffer)
     rename = {last.name: y}
     for name in names[len(before):]:
         node = graph[name]
@@ -657,7 +743,9 @@ def plan_for(graph: Graph, prefix_length, grid, *, stream_input: bool = False,
     deadline = Deadline.of(time_limit)
     graph = graph if inplace else without_inplace(graph)
     lengths = [prefix_length] if isinstance(prefix_length, int) else list(prefix_length)
-    grids = [tuple(grid)] if grid and isinstance(grid[0], int) else [tuple(g) for g in grid]
+    one = isinstance(grid, str) or (isinstance(grid, (tuple, list)) and len(grid) > 0
+                                    and isinstance(grid[0], int))
+    grids = [grid] if one else list(grid)
     if len(lengths) != len(grids) or not lengths:
         raise PatchError(f"{len(lengths)} prefix lengths for {len(grids)} grids: one grid per "
                          "segment")
@@ -691,14 +779,41 @@ def _segment(graph: Graph, start: str | None, prefix_length: int, grid, ops) -> 
                          f"after it (possible lengths: "
                          f"{', '.join(map(str, cuts(graph, input_name, chain)))})")
     windows = chain[:prefix_length]
-    if len(grid) != 2 or not (1 <= grid[0] <= windows[-1].out_hw[0]
-                              and 1 <= grid[1] <= windows[-1].out_hw[1]):
+    rows, cols, cached = parse_grid(grid)
+    if not (rows <= windows[-1].out_hw[0] and cols <= windows[-1].out_hw[1]):
         raise PatchError(f"layer '{windows[-1].name}': grid "
-                         f"{'x'.join(map(str, grid))} does not fit its "
+                         f"{rows}x{cols}{'c' if cached else ''} does not fit its "
                          f"{windows[-1].out_hw[0]}x{windows[-1].out_hw[1]} output")
-    regions = patch_regions(windows, grid)
+    return _make_segment(input_name, windows, (rows, cols), cached)
+
+
+def _make_segment(input_name: str, windows: list[Window], grid: tuple[int, int],
+                  cached: bool) -> Segment:
+    regions = strip_regions(windows, grid[0]) if cached else patch_regions(windows, grid)
     extra = prefix_macs(windows, regions) - prefix_macs(windows)
-    return Segment(input_name, tuple(windows), tuple(grid), tuple(regions), extra)
+    return Segment(input_name, tuple(windows), tuple(grid), tuple(regions), extra, cached)
+
+
+def parse_grid(grid) -> tuple[int, int, bool]:
+    """``(rows, columns, cached)`` of a segment's grid, given as ``(rows, columns)`` or as
+    text: ``"RxC"`` (``R x C`` patches, halos recomputed) or ``"Rx1c"`` (``R`` full-width
+    row strips, rows cached); refused in one line otherwise."""
+    match = re.fullmatch(r"(\d+)x(\d+)(c?)", grid.strip().lower()) \
+        if isinstance(grid, str) else None
+    if match:
+        rows, cols, cached = int(match[1]), int(match[2]), match[3] == "c"
+    elif isinstance(grid, (tuple, list)) and len(grid) == 2 and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in grid):
+        rows, cols, cached = int(grid[0]), int(grid[1]), False
+    else:
+        raise PatchError(f"grid {grid!r} is neither ROWSxCOLS (patches, e.g. 4x4) nor "
+                         "ROWSx1c (cached row strips, e.g. 22x1c)")
+    if rows < 1 or cols < 1:
+        raise PatchError(f"grid {grid!r}: rows and columns must be positive")
+    if cached and cols != 1:
+        raise PatchError(f"grid {grid!r}: cached row strips span the full width "
+                         f"({rows}x1c)")
+    return rows, cols, cached
 
 
 def _priced(graph: Graph, segments: tuple[Segment, ...], stream_input: bool, method: str,
@@ -781,10 +896,14 @@ def run_patched(model: TFLiteModel, plan: PatchPlan, inputs) -> list[np.ndarray]
         last = model.operator(seg.windows[-1].tflite_index)
         y_tensor = tensors[last.outputs[0]]
         y = np.zeros(y_tensor.shape, dtype=y_tensor.dtype)
+        # layer -> (its patch's values or cached rows, the first row and column they hold)
+        held = {}
         for patch in seg.regions:
-            # layer -> (its patch's values, the first row and column they hold)
-            held = {seg.input: (values[source], 0, 0)}
+            if not seg.cached or not held:
+                held = {seg.input: (values[source], 0, 0)}
             for w, region in zip(seg.windows, patch):
+                if region.out_rows[0] == region.out_rows[1]:
+                    continue        # a cached strip that needs no new row of this layer
                 xs = []
                 for src in w.inputs:
                     a, r0, c0 = held[src]
@@ -796,8 +915,15 @@ def run_patched(model: TFLiteModel, plan: PatchPlan, inputs) -> list[np.ndarray]
                 if x.shape[:3] != want:
                     raise PatchError(f"layer '{w.name}': patch output {list(x.shape)} is not "
                                      f"the region {list(want)}")
-                held[w.name] = (x, region.out_rows[0], region.out_cols[0])
-            y[:, slice(*patch[-1].out_rows), slice(*patch[-1].out_cols)] = x
+                if w is seg.windows[-1]:
+                    y[:, slice(*region.out_rows), slice(*region.out_cols)] = x
+                elif region.buffer_rows is None:
+                    held[w.name] = (x, region.out_rows[0], region.out_cols[0])
+                else:       # the rows kept from the strip before, then the new ones
+                    first = region.buffer_rows[0]
+                    kept = held[w.name][0][:, first - held[w.name][1]:] if w.name in held \
+                        else x[:, :0]
+                    held[w.name] = (np.concatenate([kept, x], axis=1), first, 0)
         values[last.outputs[0]] = y
         source = last.outputs[0]
     skipped = _prefix_ops(model, {w.tflite_index for w in plan.windows})
