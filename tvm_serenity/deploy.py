@@ -103,7 +103,8 @@ from .frontend.tflite_model import Tensor, TFLiteModel
 from .graph import Graph
 from .passes import LowerFakeQuant, MemoryAwareSchedule
 from .rewrite import PATTERN_NAMES, RewriteResult, rewrite_graph
-from .rewrite.patch import PatchPlan, plan_for, plan_patches, why_no_plan, without_inplace
+from .rewrite.patch import (PatchError, PatchPlan, parse_grid, plan_for, plan_patches,
+                            why_no_plan, without_inplace)
 from .rip.choice import relax_channel_kinds
 from .schedule import Deadline, ScheduleResult
 from .text import counted
@@ -481,16 +482,18 @@ def _forced_patch(patch: bool, layers, grid) -> tuple[list[int], list[tuple]] | 
                             "patch=True")
     many = isinstance(layers, (list, tuple))
     layers = list(layers) if many else [layers]
-    grids = [tuple(g) if isinstance(g, (list, tuple)) else () for g in grid] if many \
-        else [tuple(grid) if isinstance(grid, (list, tuple)) else ()]
+    grids = list(grid) if many and isinstance(grid, (list, tuple)) else [grid]
     if any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in layers):
         raise SerenityError(f"patch_layers must be a positive number of layers (or one per "
                             f"segment), got {layers if many else layers[0]!r}")
-    if len(grids) != len(layers) or any(
-            len(g) != 2 or any(isinstance(v, bool) or not isinstance(v, int) or v < 1
-                               for v in g) for g in grids):
-        raise SerenityError(f"patch_grid must be (rows, columns) of positive integers, one "
-                            f"per segment of patch_layers, got {grid!r}")
+    if len(grids) != len(layers):
+        raise SerenityError(f"patch_grid must be one grid per segment of patch_layers "
+                            f"({len(layers)}), got {grid!r}")
+    for g in grids:
+        try:
+            parse_grid(g)
+        except PatchError as e:
+            raise SerenityError(f"patch_grid: {e}") from None
     return layers, grids
 
 

@@ -73,6 +73,7 @@ model with the interpreter. Tests compare it byte for byte with
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import re
 import time
@@ -84,7 +85,7 @@ from ..errors import SerenityError
 from ..graph import Graph, Node
 from ..memory import simulate
 from ..rip import inplace_workspace_bytes
-from ..schedule import Deadline, ScheduleResult, schedule
+from ..schedule import Deadline, ScheduleResult, make_result, schedule
 from ..frontend import reference
 from ..frontend.tflite_model import TFLiteModel
 
@@ -229,10 +230,8 @@ class PatchPlan:
 
     def graph(self, graph: Graph, stream_input: bool | None = None) -> Graph:
         """The patched ``graph`` this plan was made for (the objective's, by default)."""
-        streamed = self.stream_input if stream_input is None else stream_input
-        for k, seg in enumerate(self.segments):
-            graph = seg.apply(graph, streamed and k == 0)
-        return graph
+        return _apply(graph, self.segments,
+                      self.stream_input if stream_input is None else stream_input)
 
     @property
     def peak_bytes(self) -> int:
@@ -510,6 +509,10 @@ def _region_attrs(orig: Node, w: Window, r: LayerRegion, p: int, sources, target
     return attrs
 
 
+#: RiP's workspace of a geometry (pure; a search asks for the same regions many times)
+_workspace = functools.lru_cache(maxsize=4096)(inplace_workspace_bytes)
+
+
 def _region_inplace(orig: Node, w: Window, r: LayerRegion) -> int | None:
     """The in-place workspace of a window layer's patch that reads a patch tensor of its own
     (the whole of it): RiP's for the region's geometry, as the full layer's (None when the
@@ -519,9 +522,8 @@ def _region_inplace(orig: Node, w: Window, r: LayerRegion) -> int | None:
     a = orig.attrs
     hwc = (r.in_rows[1] - r.in_rows[0], r.in_cols[1] - r.in_cols[0], w.in_channels)
     groups = a.get("groups", w.in_channels if w.op != "conv2d" else 1)
-    return inplace_workspace_bytes(w.op, hwc, int(orig.shape[3]), w.kernel, w.stride,
-                                   w.dilation, r.padding, groups,
-                                   np.dtype(orig.dtype or "int8").itemsize)
+    return _workspace(w.op, hwc, int(orig.shape[3]), w.kernel, w.stride, w.dilation,
+                      r.padding, groups, np.dtype(orig.dtype or "int8").itemsize)
 
 
 def patched_graph(graph: Graph, input_name: str, windows: list[Window],
@@ -628,6 +630,11 @@ def without_inplace(graph: Graph) -> Graph:
                  graph.outputs, graph.name)
 
 
+#: Rows per cached strip at a segment's output that the search tries (1 needs the least
+#: memory, more rows fewer kernel calls and memmoves).
+STRIP_HEIGHTS = (1, 2, 3, 4)
+
+
 def _grids(window: Window, grid_max: int) -> list[tuple[int, int]]:
     """The grids tried for a prefix ending in ``window``, fewest patches first."""
     grids = [(n, m) for n in range(1, min(grid_max, window.out_hw[0]) + 1)
@@ -635,102 +642,239 @@ def _grids(window: Window, grid_max: int) -> list[tuple[int, int]]:
     return sorted(grids, key=lambda g: (g[0] * g[1], abs(g[0] - g[1])))
 
 
-def _score(steps) -> tuple[int, int]:
-    """What the search minimises: the peak, then how many steps reach it (a plateau of equal
-    peaks is lowered one segment at a time)."""
-    peak = max(steps)
-    return peak, sum(1 for b in steps if b == peak)
+def _apply(graph: Graph, segments, streamed: bool) -> Graph:
+    """``graph`` with ``segments`` applied in turn; ``streamed``: the one reading the graph
+    input takes it region by region."""
+    for seg in segments:
+        graph = seg.apply(graph, streamed and seg.input in graph.input_names)
+    return graph
 
 
-def _best_segment(graph: Graph, start: str | None, streamed: bool, budget: float,
-                  method: str, grid_max: int, deadline: Deadline, ops, order: list[str],
-                  steps: list[int]):
-    """The segment from ``start`` (None: the graph input) whose patched graph scores best,
-    with its schedule and patched graph; None when no grid fits the MAC ``budget``.
-    ``order`` and its ``steps`` (bytes live at each step): the graph's current schedule."""
-    input_name, chain = prefix_chain(graph, ops, start)
-    if not chain:
-        return None
-    lengths = cuts(graph, input_name, chain)
-    best = None             # (score, segment, schedule, patched graph)
-    for n_cut, k in enumerate(lengths):
-        windows = chain[:k]
-        grids = _grids(windows[-1], grid_max)
-        unpatched_macs = prefix_macs(windows)
-        best_k = None
-        for n_grid, grid in enumerate(grids):
-            if deadline.expired():
-                break
-            regions = patch_regions(windows, grid)
-            extra = prefix_macs(windows, regions) - unpatched_macs
-            if extra > budget:
-                continue
-            segment = Segment(input_name, tuple(windows), tuple(grid), tuple(regions), extra)
-            g = segment.apply(graph, streamed)
-            share = 1.0 / max(1, (len(lengths) - n_cut) * (len(grids) - n_grid))
-            res = schedule(g, method, time_limit=deadline.share(share))
-            score = _score(simulate(g, res.order).step_bytes)
-            if best_k is None or score < best_k[0]:
-                best_k = (score, segment, res, g)
-        if best_k is not None and (best is None or best_k[0] < best[0]):
-            best = best_k
-        if best_k is None or deadline.expired():
-            break
-        # from here on the peak is no longer in what is left unpatched: a longer prefix
-        # only adds halo
-        position = order.index(windows[-1].name)
-        if best[0][0] < max(steps) and max(steps[position + 1:], default=0) < best[0][0]:
-            break
-    return best
+def _spliced(order, patched: Graph, segments) -> list[str]:
+    """``order`` (of the graph before patching) with each segment's layers replaced by its
+    nodes in ``patched``, in their stored order (patch by patch, strip by strip), where the
+    first of its layers ran."""
+    owner = {w.name: k for k, seg in enumerate(segments) for w in seg.windows}
+    groups: dict[int, list[str]] = {}
+    for name in patched.op_names:
+        node = patched[name]
+        patch = node.attrs.get("patch")
+        if node.op == "input_region":
+            groups.setdefault(0, []).append(name)
+        elif node.op == "patch_output":
+            groups.setdefault(owner[node.attrs["patch_output"]], []).append(name)
+        elif isinstance(patch, dict):
+            groups.setdefault(owner[patch["of"]], []).append(name)
+    out = []
+    for name in order:
+        k = owner.get(name)
+        if k is None:
+            out.append(name)
+        elif k in groups:
+            out.extend(groups.pop(k))
+    return out
+
+
+def _ordered(graph: Graph, segments, streamed: bool, method: str, deadline: Deadline,
+             order: list[str] | None) -> ScheduleResult:
+    """The patched graph ordered by ``method``, or by ``order`` (of the unpatched graph,
+    :func:`_spliced`) where that has the lower peak."""
+    g = _apply(graph, segments, streamed)
+    res = schedule(g, method, time_limit=deadline)
+    if order is not None:
+        spliced = _spliced(order, g, segments)
+        if simulate(g, spliced).peak_bytes < res.peak_bytes:
+            res = make_result(g, spliced, f"{method}, patches in sequence", res.seconds,
+                              lower_bound=res.lower_bound_bytes)
+    return res
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """A segment over chain positions ``[start, stop)`` priced alone: the peak over its own
+    steps in the unpatched order (patches in sequence where its layers ran), its extra MACs
+    and how many nodes it adds."""
+
+    start: int
+    stop: int
+    grid: tuple[int, int]
+    cached: bool
+    peak: int
+    extra_macs: int
+    nodes: int
+
+
+class _Search:
+    """The candidates of :func:`plan_patches` and the chain of segments they allow."""
+
+    def __init__(self, graph: Graph, base: ScheduleResult, input_name: str,
+                 chain: list[Window], streamed: bool, budget: float, max_segments):
+        self.graph, self.order, self.chain = graph, list(base.order), chain
+        self.input_name, self.streamed, self.budget = input_name, streamed, budget
+        self.max_segments = max_segments
+        self.stops = cuts(graph, input_name, chain)
+        self.positions = [0] + [k for k in self.stops if k < len(chain)]
+        steps = dict(zip(self.order, simulate(graph, self.order).step_bytes))
+        self.layer_bytes = [steps[w.name] for w in chain]
+        inside = {w.name for w in chain}
+        # steps no segment changes: the floor of every plan's peak
+        self.floor = max((b for n, b in steps.items() if n not in inside), default=0)
+        self.candidates: dict[tuple, _Candidate] = {}
+
+    def start(self, p: int) -> str:
+        return self.input_name if p == 0 else self.chain[p - 1].name
+
+    def lower_bound(self, p: int, q: int) -> int:
+        """Bytes every step of a segment over ``[p, q)`` cannot go below at its last patch:
+        its full output, and its input unless streamed."""
+        streamed = self.streamed and p == 0
+        return self.graph[self.chain[q - 1].name].bytes + \
+            (0 if streamed else self.graph[self.start(p)].bytes)
+
+    def unpatched(self, p: int, q: int) -> int:
+        """The most bytes a step of chain positions ``[p, q)`` needs unpatched."""
+        return max(self.layer_bytes[p:q])
+
+    def may_lower(self, p: int, q: int, peak: int) -> bool:
+        """Can a segment over ``[p, q)`` be part of a chain whose peak is below ``peak``?
+        Only when the stretch needs ``peak`` unpatched, its input and output leave room
+        below it, and it ends by the first position from which no layer needs ``peak``
+        (a longer segment only adds halo: the existing search's stopping rule)."""
+        last = max((t for t, b in enumerate(self.layer_bytes) if b >= peak), default=-1)
+        reach = min((k for k in self.stops if k > last), default=len(self.chain))
+        return self.unpatched(p, q) >= peak and self.lower_bound(p, q) < peak and q <= reach
+
+    def price(self, p: int, q: int, grid: tuple[int, int], cached: bool
+              ) -> _Candidate | None:
+        """The segment over ``[p, q)`` in ``grid`` priced alone (None beyond the budget)."""
+        key = (p, q, grid, cached)
+        if key not in self.candidates:
+            seg = _make_segment(self.start(p), self.chain[p:q], grid, cached)
+            # (rows of a cached segment nobody reads are not computed: no saving to rank)
+            extra = max(0, seg.extra_macs)
+            if extra > self.budget:
+                return None
+            g = seg.apply(self.graph, self.streamed and p == 0)
+            order = _spliced(self.order, g, [seg])
+            new = set(g.nodes) - set(self.graph.nodes)
+            peak = max(b for n, b in zip(order, simulate(g, order).step_bytes) if n in new)
+            self.candidates[key] = _Candidate(p, q, grid, cached, peak, extra, len(new))
+        return self.candidates[key]
+
+    def pairs(self):
+        """Every segment the chain allows, ``(start, stop)`` positions, shortest first."""
+        return sorted(((p, q) for p in self.positions for q in self.stops if q > p),
+                      key=lambda pq: (pq[1] - pq[0], pq[0]))
+
+    def best(self):
+        """(peak, extra MACs, nodes, candidates) of the best chain of the candidates priced
+        so far: the lowest peak, then among the chains reaching it the fewest extra MACs,
+        then the fewest nodes."""
+        first = self._chain(self.floor)
+        return first if first[0] == self.floor else self._chain(first[0])
+
+    def _chain(self, floor: int):
+        """The best chain when every peak below ``floor`` counts as ``floor``: a dynamic
+        program over the chain's positions (each stretch between two is one segment or left
+        unpatched) keeping Pareto fronts of peak and extra MACs within the budget."""
+        n = len(self.chain)
+        ends = sorted(set(self.positions) | {n})
+        by_start: dict[int, list[_Candidate]] = {}
+        for c in self.candidates.values():
+            by_start.setdefault(c.start, []).append(c)
+        front = {n: [(floor, 0, 0, ())]}
+        for i in range(len(ends) - 2, -1, -1):
+            p, q = ends[i], ends[i + 1]
+            unpatched = max(self.layer_bytes[p:q])
+            options = [(max(unpatched, e[0]), *e[1:]) for e in front[q]]
+            for c in by_start.get(p, ()):
+                for e in front[c.stop]:
+                    if c.extra_macs + e[1] <= self.budget and (
+                            self.max_segments is None or len(e[3]) < self.max_segments):
+                        options.append((max(c.peak, e[0]), c.extra_macs + e[1],
+                                        c.nodes + e[2], (c, *e[3])))
+            front[p] = _pareto(options, self.max_segments is not None)
+        return min(front[0], key=lambda e: e[:3])
+
+    def plan(self, ops) -> tuple[Segment, ...]:
+        """The segments of :meth:`best`, each built on the graph the ones before patched."""
+        segments, g, stop = [], self.graph, None
+        for c in self.best()[3]:
+            start = segments[-1].exit if segments and stop == c.start else \
+                (None if c.start == 0 else self.start(c.start))
+            grid = f"{c.grid[0]}x{c.grid[1]}{'c' if c.cached else ''}"
+            segments.append(_segment(g, start, c.stop - c.start, grid, ops))
+            g = segments[-1].apply(g, self.streamed and c.start == 0)
+            stop = c.stop
+        return tuple(segments)
+
+
+def _pareto(options, by_count: bool) -> list:
+    """The options no other beats on both peak and extra MACs (the fewest nodes among
+    equal ones; ``by_count``: separately for each number of segments)."""
+    kept, best_macs = [], {}
+    for option in sorted(options, key=lambda o: o[:3]):
+        group = len(option[3]) if by_count else 0
+        if option[1] < best_macs.get(group, float("inf")):
+            kept.append(option)
+            best_macs[group] = option[1]
+    return kept
 
 
 def plan_patches(graph: Graph, *, max_overhead: float = 0.2, stream_input: bool = False,
                  method: str = "serenity", inplace: bool = True, grid_max: int = GRID_MAX,
                  time_limit: float | Deadline | None = 120.0, ops=None,
-                 max_segments: int = 4) -> PatchPlan | None:
+                 max_segments: int | None = None) -> PatchPlan | None:
     """The patch plan with the lowest whole-network peak (module docstring), or None when
-    none is below the unpatched peak or within ``max_overhead`` extra MACs (a fraction of the
+    none is below the unpatched peak within ``max_overhead`` extra MACs (a fraction of the
     network's MACs, all segments together). ``stream_input`` picks the objective; both
     figures are reported. Scheduling always runs the memory model with in-place execution
     (the output chain's aliases are what writing a patch into the full output means);
     ``inplace=False`` drops the network's own in-place flags (RiP workspaces, aliases)
     first, for both the unpatched and the patched figures. ``ops``: as for
-    :func:`prefix_chain`. Up to ``max_segments`` segments, each from the output of the one
-    before, while each lowers the score (the peak, then how many steps reach it)."""
+    :func:`prefix_chain`. At most ``max_segments`` segments (None: any number)."""
     t0 = time.perf_counter()
     deadline = Deadline.of(time_limit)
     graph = graph if inplace else without_inplace(graph)
-    if not prefix_chain(graph, ops)[1]:
+    input_name, chain = prefix_chain(graph, ops)
+    if not chain or not cuts(graph, input_name, chain):
         return None
     base = schedule(graph, method, time_limit=deadline.share(0.2))
-    budget = max_overhead * network_macs(graph)
-    current, current_graph, segments = base, graph, []
-    steps = simulate(graph, base.order).step_bytes
-    score = _score(steps)
-    best = None             # (peak, number of segments, schedule)
-    for n in range(max_segments):
-        order = list(current.order)
-        start = segments[-1].exit if segments else None
-        # a later segment can only lower steps after the one before
-        if start is not None and max(steps[order.index(start) + 1:], default=0) < score[0]:
+    search = _Search(graph, base, input_name, chain, stream_input,
+                     max_overhead * network_macs(graph), max_segments)
+    pricing = deadline.share(0.6)
+    pairs = search.pairs()
+    # 1. every segment in cached strips of one row (no extra MACs, the least memory of
+    # their kind)
+    for p, q in pairs:
+        if pricing.expired():
             break
-        found = _best_segment(current_graph, start, stream_input and n == 0, budget, method,
-                              grid_max, deadline.share(0.6 if n == 0 else 0.5), ops, order,
-                              steps)
-        if found is None or found[0] >= score:
+        search.price(p, q, (chain[q - 1].out_hw[0], 1), True)
+    # 2. the grids of recomputed patches, for the segments that can lower the best chain's
+    # peak (the stretch with the most bytes unpatched first, then the shortest), until
+    # none is left
+    tried: set[tuple[int, int]] = set()
+    while not pricing.expired():
+        best = search.best()[0]
+        todo = [pq for pq in pairs if pq not in tried and search.may_lower(*pq, best)]
+        if not todo:
             break
-        score, segment, current, current_graph = found
-        steps = simulate(current_graph, current.order).step_bytes
-        segments.append(segment)
-        budget -= segment.extra_macs
-        if best is None or score[0] < best[0]:
-            best = (score[0], len(segments), current)
-        if deadline.expired():
-            break
-    if best is None or best[0] >= base.peak_bytes:
+        p, q = max(todo, key=lambda pq: (search.unpatched(*pq), pq[0] - pq[1]))
+        tried.add((p, q))
+        for grid in _grids(chain[q - 1], grid_max):
+            if pricing.expired():
+                break
+            search.price(p, q, grid, False)
+    # 3. taller strips where the best chain has cached ones: fewer kernel calls and
+    # memmoves where the peak allows
+    for c in search.best()[3]:
+        for rows in STRIP_HEIGHTS[1:] if c.cached else ():
+            search.price(c.start, c.stop, (-(-chain[c.stop - 1].out_hw[0] // rows), 1), True)
+    found = search.best()
+    if found[0] >= base.peak_bytes or not found[3]:
         return None
-    return _priced(graph, tuple(segments[:best[1]]), stream_input, method,
-                   Deadline.of(max(1.0, deadline.remaining())), base.peak_bytes, best[2], t0)
+    return _priced(graph, search.plan(ops), stream_input, method,
+                   Deadline.of(max(1.0, deadline.remaining())), base, t0)
 
 
 def plan_for(graph: Graph, prefix_length, grid, *, stream_input: bool = False,
@@ -753,9 +897,8 @@ def plan_for(graph: Graph, prefix_length, grid, *, stream_input: bool = False,
     for n, (k, grid) in enumerate(zip(lengths, grids)):
         segments.append(_segment(g, segments[-1].exit if segments else None, k, grid, ops))
         g = segments[-1].apply(g, stream_input and n == 0)
-    peak_unpatched = schedule(graph, method, time_limit=deadline.share(0.3)).peak_bytes
-    return _priced(graph, tuple(segments), stream_input, method, deadline, peak_unpatched,
-                   None, t0)
+    base = schedule(graph, method, time_limit=deadline.share(0.3))
+    return _priced(graph, tuple(segments), stream_input, method, deadline, base, t0)
 
 
 def _segment(graph: Graph, start: str | None, prefix_length: int, grid, ops) -> Segment:
@@ -806,8 +949,9 @@ def parse_grid(grid) -> tuple[int, int, bool]:
             isinstance(v, int) and not isinstance(v, bool) for v in grid):
         rows, cols, cached = int(grid[0]), int(grid[1]), False
     else:
-        raise PatchError(f"grid {grid!r} is neither ROWSxCOLS (patches, e.g. 4x4) nor "
-                         "ROWSx1c (cached row strips, e.g. 22x1c)")
+        raise PatchError(f"grid {grid!r} is neither (rows, columns) of integers nor the "
+                         "text ROWSxCOLS (patches, e.g. 4x4) or ROWSx1c (cached row strips, "
+                         "e.g. 22x1c)")
     if rows < 1 or cols < 1:
         raise PatchError(f"grid {grid!r}: rows and columns must be positive")
     if cached and cols != 1:
@@ -817,22 +961,18 @@ def parse_grid(grid) -> tuple[int, int, bool]:
 
 
 def _priced(graph: Graph, segments: tuple[Segment, ...], stream_input: bool, method: str,
-            deadline: Deadline, peak_unpatched: int, objective: ScheduleResult | None,
-            started: float) -> PatchPlan:
+            deadline: Deadline, base: ScheduleResult, started: float) -> PatchPlan:
     """The plan of ``segments`` with both peaks (input resident, streamed), each patched
-    graph ordered by ``method`` (``objective``: the schedule already found for the
-    ``stream_input`` one)."""
-    results = {} if objective is None else {stream_input: objective}
-    for streamed in (stream_input, not stream_input):
-        if streamed not in results:
-            g = graph
-            for k, seg in enumerate(segments):
-                g = seg.apply(g, streamed and k == 0)
-            results[streamed] = schedule(g, method, time_limit=deadline.share(0.5))
+    graph ordered by ``method`` or as ``base`` (the unpatched graph's schedule) ran its
+    layers, whichever has the lower peak (:func:`_ordered`)."""
+    results = {streamed: _ordered(graph, segments, streamed, method,
+                                  deadline.share(0.6 if streamed == stream_input else 1.0),
+                                  base.order)
+               for streamed in (stream_input, not stream_input)}
     extra = sum(seg.extra_macs for seg in segments)
     total = network_macs(graph)
     patched = sum(prefix_macs(list(seg.windows)) for seg in segments)
-    return PatchPlan(segments, stream_input, peak_unpatched, results[False].peak_bytes,
+    return PatchPlan(segments, stream_input, base.peak_bytes, results[False].peak_bytes,
                      results[True].peak_bytes, extra, extra / total if total else 0.0,
                      extra / patched if patched else 0.0, tuple(results[stream_input].order),
                      time.perf_counter() - started, results[stream_input])
@@ -882,8 +1022,9 @@ def _layer_on_region(model: TFLiteModel, kernels: dict, w: Window, region: Layer
 
 
 def run_patched(model: TFLiteModel, plan: PatchPlan, inputs) -> list[np.ndarray]:
-    """The model's outputs with the plan's prefix computed patch by patch (module
-    docstring); ``inputs`` as for :func:`tvm_serenity.frontend.reference.run`."""
+    """The model's outputs with the plan's segments computed patch by patch or strip by
+    strip (module docstring), each where its first layer runs, the other operators by the
+    interpreter; ``inputs`` as for :func:`tvm_serenity.frontend.reference.run`."""
     interp = reference.Interpreter(model)
     values = interp._feed(inputs)
     kernels = {op.index: k for op, k in zip(model.operators, interp._kernels)}
@@ -891,43 +1032,19 @@ def run_patched(model: TFLiteModel, plan: PatchPlan, inputs) -> list[np.ndarray]
     if len(model.inputs) != 1:
         raise PatchError(f"{model.source}: a patch plan needs a model with one input, this "
                          f"one has {len(model.inputs)}")
-    source = model.inputs[0]          # the tensor the segment reads
-    for seg in plan.segments:
-        last = model.operator(seg.windows[-1].tflite_index)
-        y_tensor = tensors[last.outputs[0]]
-        y = np.zeros(y_tensor.shape, dtype=y_tensor.dtype)
-        # layer -> (its patch's values or cached rows, the first row and column they hold)
-        held = {}
-        for patch in seg.regions:
-            if not seg.cached or not held:
-                held = {seg.input: (values[source], 0, 0)}
-            for w, region in zip(seg.windows, patch):
-                if region.out_rows[0] == region.out_rows[1]:
-                    continue        # a cached strip that needs no new row of this layer
-                xs = []
-                for src in w.inputs:
-                    a, r0, c0 = held[src]
-                    xs.append(a[:, region.in_rows[0] - r0:region.in_rows[1] - r0,
-                                region.in_cols[0] - c0:region.in_cols[1] - c0])
-                x = _layer_on_region(model, kernels, w, region, xs)
-                want = (1, region.out_rows[1] - region.out_rows[0],
-                        region.out_cols[1] - region.out_cols[0])
-                if x.shape[:3] != want:
-                    raise PatchError(f"layer '{w.name}': patch output {list(x.shape)} is not "
-                                     f"the region {list(want)}")
-                if w is seg.windows[-1]:
-                    y[:, slice(*region.out_rows), slice(*region.out_cols)] = x
-                elif region.buffer_rows is None:
-                    held[w.name] = (x, region.out_rows[0], region.out_cols[0])
-                else:       # the rows kept from the strip before, then the new ones
-                    first = region.buffer_rows[0]
-                    kept = held[w.name][0][:, first - held[w.name][1]:] if w.name in held \
-                        else x[:, :0]
-                    held[w.name] = (np.concatenate([kept, x], axis=1), first, 0)
-        values[last.outputs[0]] = y
-        source = last.outputs[0]
     skipped = _prefix_ops(model, {w.tflite_index for w in plan.windows})
+    producer = {op.outputs[0]: op for op in model.operators}
+    first = {seg.windows[0].tflite_index: seg for seg in plan.segments}
     for op, kernel in zip(model.operators, interp._kernels):
+        seg = first.get(op.index)
+        if seg is not None:       # the tensor the segment reads (before a folded PAD)
+            source = op.inputs[0]
+            while source in producer and producer[source].op in ("PAD", "PADV2") \
+                    and producer[source].index in skipped:
+                source = producer[source].inputs[0]
+            last = model.operator(seg.windows[-1].tflite_index)
+            values[last.outputs[0]] = _run_segment(model, kernels, seg, values[source],
+                                                   tensors[last.outputs[0]])
         if op.index in skipped:
             continue
         args = [None if i < 0 else (tensors[i].data if tensors[i].data is not None
@@ -936,6 +1053,42 @@ def run_patched(model: TFLiteModel, plan: PatchPlan, inputs) -> list[np.ndarray]
         values[op.outputs[0]] = np.asarray(kernel(args)).astype(t.dtype, copy=False) \
             .reshape(t.shape)
     return [values[i] for i in model.outputs]
+
+
+def _run_segment(model: TFLiteModel, kernels: dict, seg: Segment, x: np.ndarray, out
+                 ) -> np.ndarray:
+    """The full output (tensor ``out``) of segment ``seg`` reading ``x``, patch by patch or
+    strip by strip."""
+    y = np.zeros(out.shape, dtype=out.dtype)
+    # layer -> (its patch's values or cached rows, the first row and column they hold)
+    held = {}
+    for patch in seg.regions:
+        if not seg.cached or not held:
+            held = {seg.input: (x, 0, 0)}
+        for w, region in zip(seg.windows, patch):
+            if region.out_rows[0] == region.out_rows[1]:
+                continue        # a cached strip that needs no new row of this layer
+            xs = []
+            for src in w.inputs:
+                a, r0, c0 = held[src]
+                xs.append(a[:, region.in_rows[0] - r0:region.in_rows[1] - r0,
+                            region.in_cols[0] - c0:region.in_cols[1] - c0])
+            v = _layer_on_region(model, kernels, w, region, xs)
+            want = (1, region.out_rows[1] - region.out_rows[0],
+                    region.out_cols[1] - region.out_cols[0])
+            if v.shape[:3] != want:
+                raise PatchError(f"layer '{w.name}': patch output {list(v.shape)} is not "
+                                 f"the region {list(want)}")
+            if w is seg.windows[-1]:
+                y[:, slice(*region.out_rows), slice(*region.out_cols)] = v
+            elif region.buffer_rows is None:
+                held[w.name] = (v, region.out_rows[0], region.out_cols[0])
+            else:       # the rows kept from the strip before, then the new ones
+                top = region.buffer_rows[0]
+                kept = held[w.name][0][:, top - held[w.name][1]:] if w.name in held \
+                    else v[:, :0]
+                held[w.name] = (np.concatenate([kept, v], axis=1), top, 0)
+    return y
 
 
 def _prefix_ops(model: TFLiteModel, layer_ops: set[int]) -> set[int]:
