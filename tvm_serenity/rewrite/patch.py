@@ -1,10 +1,21 @@
 """Patch-based execution of a network's first layers (MCUNetV2-style, issue #16): the plan.
 
-The first layers of a CNN hold its largest activations. Computing the output of a *prefix* of
-window layers patch by patch (each patch from its own input region, halo included) means only
-one patch's intermediate tensors exist at a time; the prefix's full output is assembled in
-place. This module finds such a plan, prices it with the one memory model and checks it is
-exact with the numpy reference interpreter; :mod:`tvm_serenity.codegen.graph_c` emits the
+The first layers of a CNN hold its largest activations. Computing a *segment* of window
+layers part by part means only one part's intermediate tensors (or a few rows of each layer)
+exist at a time; the segment's full output is assembled in place. Two kinds of segment:
+
+* **recomputed halos** (MCUNetV2): the segment's output in an ``n x m`` grid of patches, each
+  computed from its own input region through all the segment's layers; overlapping halos are
+  recomputed, so a patch's intermediates are small but MACs are spent again;
+* **cached rows** (line buffers): the output in ``R`` full-width row strips, top to bottom;
+  every layer computes each of its rows once and keeps, in a buffer of a few rows, the rows
+  its readers still need for the next strip: no extra MACs, only memmoves and more kernel
+  calls. A buffer holds about ``k + (new rows - 1) * stride`` rows of its layer, however
+  deep the segment is, but all the segment's buffers coexist: segments are short (a stage's
+  first layers, an inverted-residual block), one after the other.
+
+This module finds a chain of such segments, prices it with the one memory model and checks it
+is exact with the numpy reference interpreter; :mod:`tvm_serenity.codegen.graph_c` emits the
 patched graph as C (``compile --patch``).
 
 Receptive fields
@@ -16,58 +27,82 @@ a one-input elementwise operator (QUANTIZE, RELU, RELU6, HARD_SWISH, LOGISTIC, a
 with a constant: a 1x1 window, no padding) and the ADD of two same-shaped layers that closes a
 residual block. Along one axis, output rows ``[a, b)`` of a layer read the padded input rows
 ``[a*s - p, (b-1)*s - p + (k-1)*d + 1)``: that range clipped to the input tensor is the
-patch's input region, and whatever lies outside the tensor is the padding this patch sees
-(only at true tensor borders: never more than the full layer's own padding). Running the layer
-on the region with that padding gives exactly rows ``[a, b)`` of the full output (the taps are
-the same values, in the same order). The prefix output is split into an ``n x m`` grid (row
-and column sizes differing by at most one) and the regions are propagated backwards, last
-layer first: a layer's output region is the bounding box of the input regions its readers in
-the prefix need (a residual block's input: the block's first layer's, with the halo of the
-depthwise after it, and the ADD's, a part of it). The halo recomputation costs
-``sum over patches and layers of region MACs - unpatched prefix MACs``, reported as a fraction
-of the whole network's MACs (conv, depthwise, fully connected; pools count their taps).
+region's input, and whatever lies outside the tensor is the padding this region sees (only at
+true tensor borders: never more than the full layer's own padding). Running the layer on the
+region with that padding gives exactly rows ``[a, b)`` of the full output (the taps are the
+same values, in the same order).
+
+*Recomputed halos* (:func:`patch_regions`): the segment's output is split into an ``n x m``
+grid (row and column sizes differing by at most one) and the regions are propagated
+backwards, last layer first: a layer's output region is the bounding box of the input regions
+its readers in the segment need (a residual block's input: the block's first layer's, with
+the halo of the depthwise after it, and the ADD's, a part of it). The halo recomputation costs
+``sum over patches and layers of region MACs - unpatched segment MACs``, reported as a
+fraction of the whole network's MACs (conv, depthwise, fully connected; pools count their
+taps).
+
+*Cached rows* (:func:`strip_regions`): with ``b_L(s)`` the rows of layer ``L`` computed by
+the end of strip ``s`` (the last layer's: the strip's end; any other layer's: the most its
+readers' rows ``[0, b_C(s))`` read), ``L`` computes the new rows ``[b_L(s-1), b_L(s))`` at
+strip ``s`` (full width, from the input rows they read) and its buffer then holds ``[a_L(s),
+b_L(s))``, ``a_L(s)`` the first row a reader still reads from strip ``s`` on (a residual
+block's input spans the expand conv's rows and, lagging by the depthwise halo, the ADD's).
+The last layer writes its new rows into the full output.
 
 The patched graph
 -----------------
-In the graph IR, judged by :mod:`tvm_serenity.memory` like any other graph: for patch ``p``
-(row-major) and every prefix layer but the last, one plain node of the patch region's bytes
-reading patch ``p``'s nodes of the layers it reads (or the graph input); the prefix output is a
-chain ``Y0 -> Y1 -> ... -> YP``: ``Y0`` an allocation (no inputs, the full output's bytes) and
-patch ``p``'s last-layer node an ``"alias"`` over ``Y(p-1)`` that also reads patch ``p``'s
-layers before it, so the full output is live from the first patch on and each patch writes its
-part into it (``mem_during = live_before``). The rest of the network is unchanged and reads
-``YP``. Each patch node keeps its layer's attributes with the region's input shape and padding
-(what its kernel is built from) and says in ``attrs["patch"]`` where it reads and writes: a
-region of a wider buffer (the whole input, or a reader's part of a producer's patch) by its
-offset and row pitch. A window layer's patch that reads the whole of a patch tensor of its own
-gets the in-place workspace RiP computes for the region's geometry (``inplace``, as the full
-layer has one), so the in-place rules apply inside a patch as everywhere else. With
-``stream_input=True`` the graph input is no ``input`` node: each patch gets an input-region
-node (no inputs, the region's bytes), i.e. the input arrives patch by patch (a camera, a
-streamed file) instead of being resident from the start.
+In the graph IR, judged by :mod:`tvm_serenity.memory` like any other graph. The segment's
+output is a chain ``Y0 -> Y1 -> ... -> YP``: ``Y0`` an allocation (no inputs, the full
+output's bytes) and patch (strip) ``p``'s last-layer node an ``"alias"`` over ``Y(p-1)``
+that also reads patch ``p``'s layers before it, so the full output is live from the first
+patch on and each patch writes its part into it (``mem_during = live_before``). The rest of
+the network is unchanged and reads ``YP``. Every other layer has, per patch, one node of its
+region's bytes reading the nodes of the layers it reads (or the segment's input); for cached
+rows, one node per strip where it computes new rows, of its buffer's bytes, and, where it
+keeps rows, an ``"alias"`` over its node of the strip before (which moves the kept rows to
+its start: one allocation live from the layer's first strip to its readers' last one when
+the scheduler runs them in sequence, a fresh one otherwise; the move is right either way).
+Each patch node keeps its layer's attributes with the region's input shape and padding (what
+its kernel is built from) and says in ``attrs["patch"]`` where it reads and writes: a region
+of a wider buffer (the whole input, a producer's patch or buffer, the full output) by its
+offset and row pitch, and the rows it keeps. A window layer's node that reads the whole of a
+patch tensor of its own gets the in-place workspace RiP computes for the region's geometry
+(``inplace``, as the full layer has one), so the in-place rules apply inside a patch as
+everywhere else. With ``stream_input=True`` the segment reading the graph input takes it as
+input-region nodes (no inputs, the region's bytes, one per patch or strip), i.e. the input
+arrives part by part (a camera, a streamed file) instead of being resident from the start; a
+strip's region is all the rows its new rows read, the kept ones read again (the same bytes
+as caching them, and no move).
 
 The search
 ----------
 :func:`prefix_chain` lists the layers a plan may cover in topological order from the input;
-:func:`cuts` the prefix lengths that end where exactly one tensor leaves the prefix (inside a
-residual block two do: its input and the branch). For every cut and every grid ``n x m`` with
-``1 <= n, m <= 8`` (not 1x1, at most one patch per output row/column) within
-``max_overhead``, the patched graph is ordered by the project's exact scheduler (``serenity``
-by default) and the lowest whole-network peak is kept. The prefix grows until a plan below the
-unpatched peak is known and no step after the prefix in the unpatched order (the same
-scheduler on the unpatched graph) reaches that plan's peak: from there on the peak is no
-longer in what is left unpatched, and a longer prefix only adds halo. One deadline bounds the
-search (each schedule gets a share of what is left). :func:`plan_patches` returns a
-:class:`PatchPlan`, or None when no plan has a lower peak than the unpatched network under the
-same scheduler; :func:`plan_for` prices one given prefix and grid.
+:func:`cuts` the positions after which exactly one tensor leaves (inside a residual block two
+do: its input and the branch). A segment spans two such positions. :func:`plan_patches`
+prices segments *alone*: the segment applied to the unpatched graph, ordered as the
+unpatched schedule (the project's scheduler, ``serenity`` by default) with the segment's
+layers replaced by its nodes in sequence, and its peak is the most bytes one of its own steps
+needs. On a chain of single-tensor cuts the peak of a plan is then the largest of its
+segments' peaks and of the unpatched steps left: a dynamic program over the positions (each
+stretch between two is one segment or left unpatched) finds the chain with the lowest peak,
+then the fewest extra MACs within ``max_overhead`` (cached rows cost none), then the fewest
+nodes. It prices, within one deadline: every segment in cached strips of one row (the least
+memory of that kind); then the grids ``n x m`` up to 8x8 of recomputed patches, for the
+segments that can still lower the best chain's peak (the stretch needs that peak unpatched,
+its input and output leave room below it, and it ends by the first position from which no
+layer needs it); then taller strips (2-4 rows: fewer kernel calls) for the best chain's
+cached segments. The chosen chain is ordered as a whole by the scheduler (or in sequence,
+where that is lower): :func:`plan_patches` returns a :class:`PatchPlan`, or None when no plan
+has a lower peak than the unpatched network under the same scheduler; :func:`plan_for`
+prices given segments (``"8x8"``, ``"22x1c"``: :func:`parse_grid`).
 
 Exactness
 ---------
-:func:`run_patched` runs the prefix patch by patch with the reference interpreter's integer
-kernels on the regions (each input sliced out of what its producer's patch holds, padded only
-where the full layer pads), writes each patch into the full output, and runs the rest of the
-model with the interpreter. Tests compare it byte for byte with
-:func:`tvm_serenity.frontend.reference.run`.
+:func:`run_patched` runs each segment patch by patch or strip by strip with the reference
+interpreter's integer kernels on the regions (each input sliced out of what its producer's
+patch or buffer holds, padded only where the full layer pads), writes each part into the
+full output, and runs the rest of the model with the interpreter. Tests compare it byte for
+byte with :func:`tvm_serenity.frontend.reference.run`.
 """
 
 from __future__ import annotations
@@ -91,8 +126,9 @@ from ..frontend.tflite_model import TFLiteModel
 
 __all__ = ["PatchError", "Window", "LayerRegion", "Segment", "PatchPlan", "window_of",
            "prefix_chain", "cuts", "split_extent", "input_range", "patch_regions",
-           "strip_regions", "parse_grid", "source_region", "prefix_macs", "network_macs", "patched_graph", "why_no_plan",
-           "without_inplace", "plan_patches", "plan_for", "run_patched", "GRID_MAX"]
+           "strip_regions", "parse_grid", "source_region", "prefix_macs", "network_macs",
+           "patched_graph", "why_no_plan", "without_inplace", "plan_patches", "plan_for",
+           "run_patched", "GRID_MAX", "STRIP_HEIGHTS"]
 
 GRID_MAX = 8
 _CONVS = ("conv2d", "depthwise_conv2d")
@@ -342,11 +378,13 @@ def split_extent(extent: int, parts: int) -> list[Span]:
 def input_range(out: Span, in_extent: int, kernel: int, stride: int, dilation: int,
                 pad_before: int) -> tuple[Span, int, int]:
     """Input rows (clipped to the tensor) that output rows ``out`` read, and the padding
-    before and after them that this region sees."""
+    before and after them that this region sees (rows entirely in an explicit PAD's padding
+    read no input row: an empty span at the border)."""
     lo = out[0] * stride - pad_before
     hi = (out[1] - 1) * stride - pad_before + (kernel - 1) * dilation + 1
-    start, stop = max(lo, 0), min(hi, in_extent)
-    return (start, stop), start - lo, hi - stop
+    start = min(max(lo, 0), in_extent)
+    stop = max(min(hi, in_extent), start)
+    return (start, stop), max(0, min(hi, 0) - lo), max(0, hi - max(lo, in_extent))
 
 
 def _union(a: tuple[Span, Span] | None, b: tuple[Span, Span]) -> tuple[Span, Span]:
