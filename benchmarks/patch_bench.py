@@ -116,8 +116,7 @@ def _plan_cells(row: dict) -> list:
     p = row["compiled"].patch
     if p is None:
         return ["no gain", "", ""]
-    return [f"{len(p.layers)} ({p.layers[-1]})",
-            " + ".join(f"{seg.grid[0]}x{seg.grid[1]}" for seg in p.segments),
+    return [f"{len(p.layers)} ({p.layers[-1]})", " + ".join(seg.label for seg in p.segments),
             f"{100 * p.extra_macs_fraction:.1f}%"]
 
 
@@ -168,7 +167,7 @@ def mobilenet_v2_224(time_limit: float) -> list:
     plans = [plan_patches(graph, stream_input=s, time_limit=time_limit) for s in (True, False)]
     streamed = plans[0].peak_streamed if plans[0] else ours
     resident = plans[1].peak_full_input if plans[1] else ours
-    grids = "; ".join(f"{kind}: {' + '.join(f'{g.grid[0]}x{g.grid[1]}' for g in p.segments)}"
+    grids = "; ".join(f"{kind}: {' + '.join(seg.label for seg in p.segments)}"
                       f" over {len(p.layers)} layers, +{100 * p.extra_macs_fraction:.1f}% MACs"
                       for kind, p in zip(("streamed", "resident"), plans) if p is not None)
     return [f"{PAPER[0]:,} -> {PAPER[1]:,} KiB", f"{tflite_order / 1024:,.0f} KiB",

@@ -26,7 +26,7 @@ from tvm_serenity.memory import simulate
 from tvm_serenity.rewrite.patch import (PatchError, _apply, _Search, _segment, _spliced,
                                         cuts, parse_grid, plan_for, plan_patches,
                                         prefix_chain, run_patched, split_extent,
-                                        strip_regions)
+                                        strip_regions, UNPATCHED)
 from tvm_serenity.schedule import schedule
 
 
@@ -319,23 +319,30 @@ def test_cached_mixed_cnn_bit_exact_on_host(tmp_path, layers, grid, rip, stream_
 
 @needs_cc
 @pytest.mark.parametrize("stream_input", [False, True])
-def test_cached_residual_blocks_bit_exact_on_host_from_the_cli(tmp_path, capsys,
+@pytest.mark.parametrize("grids, kinds", [
+    ("10x1c,3x2,5x1c", ["cached rows", "recomputed halos", "cached rows"]),
+    ("none,10x1c,5x1c", ["cached rows", "cached rows"])])
+def test_cached_residual_blocks_bit_exact_on_host_from_the_cli(tmp_path, capsys, grids, kinds,
                                                                  stream_input):
     """--patch-grid 10x1c,3x2,5x1c: a cached stage with its first block, a recomputed block,
-    a cached strided depthwise."""
+    a cached strided depthwise; none,10x1c,5x1c leaves the first block as it is."""
     model = build_cnn((20, 18), 3, RESIDUAL_STAGE, seed=9)
     path = _write(model, tmp_path)
     out = tmp_path / "out"
     argv = ["compile", str(path), "--target", "host", "-o", str(out), "--patch",
-            "--patch-layers", "5,4,1", "--patch-grid", "10x1c,3x2,5x1c"]
+            "--patch-layers", "5,4,1", "--patch-grid", grids]
     assert main(argv + (["--stream-input"] if stream_input else [])) == 0
-    assert "in 3 segments (10x1c then 3x2 then 5x1c; c: cached rows)" in \
+    labels = [g for g in grids.split(",") if g != UNPATCHED]
+    assert f"in {len(labels)} segments ({' then '.join(labels)}; c: cached rows)" in \
         capsys.readouterr().out
     run(out, host=True)                      # raises on the first differing output byte
     plan = load_plan(out)["patch"]
-    assert [seg["kind"] for seg in plan["segments"]] == ["cached rows", "recomputed halos",
-                                                         "cached rows"]
-    assert [len(seg["patches"]) for seg in plan["segments"]] == [10, 6, 5]
+    assert [seg["kind"] for seg in plan["segments"]] == kinds
+    assert [len(seg["patches"]) for seg in plan["segments"]] == \
+        [int(label.split("x")[0]) * (1 if label.endswith("c") else 2) for label in labels]
+    assert plan["forced_by"] == f"--patch-layers 5,4,1 --patch-grid {grids}"
+    # only a plan whose first segment reads the input streams it
+    assert plan["input_streamed"] is (stream_input and not grids.startswith(UNPATCHED))
 
 
 @needs_cc
@@ -401,3 +408,20 @@ def test_plan_graph_streams_only_a_segment_that_reads_the_input():
     assert name not in later.nodes and plan.peak_streamed <= plan.peak_full_input
     seg = _segment(graph, chain[start - 1].name, 2, "16x1c", None)
     assert name in _apply(graph, [seg], True).nodes
+
+
+def test_a_searched_plan_is_forced_again_by_its_layout():
+    """PatchPlan.layout (what plan.json's forced_by spells for the CLI) gives the same plan,
+    a stretch left unpatched between two segments included."""
+    graph = tflite_to_graph(_plateau())
+    plan = plan_patches(graph, time_limit=60)
+    assert (1, UNPATCHED) in plan.layout and len(plan.segments) == 2
+    again = plan_for(graph, [k for k, _ in plan.layout], [g for _, g in plan.layout],
+                     time_limit=20)
+    assert [s.label for s in again.segments] == [s.label for s in plan.segments]
+    assert again.layers == plan.layers and again.layout == plan.layout
+    assert again.peak_bytes == plan.peak_bytes
+    with pytest.raises(PatchError, match="every grid is 'none', no segment"):
+        plan_for(graph, [2], [UNPATCHED])
+    with pytest.raises(PatchError, match="prefix length 3 is not within the 2 window layers"):
+        plan_for(graph, [4, 3], [UNPATCHED, "4x1c"])

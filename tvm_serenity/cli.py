@@ -174,7 +174,8 @@ def _add_compile(sub) -> None:
     p.add_argument("--patch-grid", metavar="ROWSxCOLS[c]",
                    help="with --patch and --patch-layers: force this grid instead of the "
                         "search: 4x4 (patches, halos recomputed) or 22x1c (22 full-width "
-                        "row strips, rows cached); one per segment: 22x1c,8x8")
+                        "row strips, rows cached); one per stretch of --patch-layers, none "
+                        "leaving one unpatched: 22x1c,none,8x8")
     p.add_argument("--patch-layers", metavar="K",
                    help="with --patch and --patch-grid: patch the first K layers (or K "
                         "layers per segment, each from the output of the one before: 10,2)")

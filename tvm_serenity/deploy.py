@@ -220,6 +220,8 @@ class CompiledModel:
                 "peak_bytes": p.peak_full_input, "peak_streamed_bytes": p.peak_streamed,
                 "extra_macs": p.extra_macs, "extra_macs_fraction": p.extra_macs_fraction,
                 "prefix_overhead": p.prefix_overhead, "seconds": round(p.seconds, 3),
+                "forced_by": "--patch-layers " + ",".join(str(k) for k, _ in p.layout)
+                             + " --patch-grid " + ",".join(g for _, g in p.layout),
                 "unpatched_order": list(self.unpatched_order)}
 
     def patch_summary(self) -> str | None:

@@ -94,7 +94,8 @@ layer needs it); then taller strips (2-4 rows: fewer kernel calls) for the best 
 cached segments. The chosen chain is ordered as a whole by the scheduler (or in sequence,
 where that is lower): :func:`plan_patches` returns a :class:`PatchPlan`, or None when no plan
 has a lower peak than the unpatched network under the same scheduler; :func:`plan_for`
-prices given segments (``"8x8"``, ``"22x1c"``: :func:`parse_grid`).
+prices given segments (``"8x8"``, ``"22x1c"``, ``"none"`` for layers left as they are:
+:func:`parse_grid`; :attr:`PatchPlan.layout` is what forces a plan found by the search).
 
 Exactness
 ---------
@@ -128,7 +129,7 @@ __all__ = ["PatchError", "Window", "LayerRegion", "Segment", "PatchPlan", "windo
            "prefix_chain", "cuts", "split_extent", "input_range", "patch_regions",
            "strip_regions", "parse_grid", "source_region", "prefix_macs", "network_macs",
            "patched_graph", "why_no_plan", "without_inplace", "plan_patches", "plan_for",
-           "run_patched", "GRID_MAX", "STRIP_HEIGHTS"]
+           "run_patched", "GRID_MAX", "STRIP_HEIGHTS", "UNPATCHED"]
 
 GRID_MAX = 8
 _CONVS = ("conv2d", "depthwise_conv2d")
@@ -238,6 +239,9 @@ class PatchPlan:
     prefix_overhead: float                # of the patched layers' MACs
     order: tuple[str, ...]                # the schedule of the objective's patched graph
     seconds: float
+    # (layers, grid) of each stretch from the input: a segment's label or UNPATCHED; what
+    # plan_for (the CLI's --patch-layers / --patch-grid) takes to force this plan
+    layout: tuple[tuple[int, str], ...]
     schedule: ScheduleResult = dataclasses.field(compare=False, repr=False, default=None)
 
     @property
@@ -668,6 +672,8 @@ def without_inplace(graph: Graph) -> Graph:
                  graph.outputs, graph.name)
 
 
+#: The grid of a forced plan's stretch of layers left unpatched
+UNPATCHED = "none"
 #: Rows per cached strip at a segment's output that the search tries (1 needs the least
 #: memory, more rows fewer kernel calls and memmoves).
 STRIP_HEIGHTS = (1, 2, 3, 4)
@@ -920,7 +926,8 @@ def plan_for(graph: Graph, prefix_length, grid, *, stream_input: bool = False,
              time_limit: float | Deadline | None = 60.0, ops=None) -> PatchPlan:
     """The plan patching the first ``prefix_length`` layers of :func:`prefix_chain` with
     ``grid``, both patched graphs (input resident, streamed) ordered by ``method``. Lists of
-    lengths and grids give several segments, each from the output of the one before."""
+    lengths and grids give several stretches, each from the output of the one before: a
+    segment, or layers left unpatched (grid :data:`UNPATCHED`)."""
     t0 = time.perf_counter()
     deadline = Deadline.of(time_limit)
     graph = graph if inplace else without_inplace(graph)
@@ -931,10 +938,17 @@ def plan_for(graph: Graph, prefix_length, grid, *, stream_input: bool = False,
     if len(lengths) != len(grids) or not lengths:
         raise PatchError(f"{len(lengths)} prefix lengths for {len(grids)} grids: one grid per "
                          "segment")
-    segments, g = [], graph
-    for n, (k, grid) in enumerate(zip(lengths, grids)):
-        segments.append(_segment(g, segments[-1].exit if segments else None, k, grid, ops))
-        g = segments[-1].apply(g, stream_input and n == 0)
+    segments, g, start = [], graph, None
+    for k, grid in zip(lengths, grids):
+        if parse_grid(grid) is None:            # layers left unpatched
+            start = _stretch(g, start, k, ops)[1][-1].name
+            continue
+        segments.append(_segment(g, start, k, grid, ops))
+        g = segments[-1].apply(g, stream_input and start is None)
+        start = segments[-1].exit
+    if not segments:
+        raise PatchError(f"graph '{graph.name}': every grid is '{UNPATCHED}', no segment to "
+                         "patch")
     base = schedule(graph, method, time_limit=deadline.share(0.3))
     return _priced(graph, tuple(segments), stream_input, method, deadline, base, t0)
 
@@ -942,6 +956,20 @@ def plan_for(graph: Graph, prefix_length, grid, *, stream_input: bool = False,
 def _segment(graph: Graph, start: str | None, prefix_length: int, grid, ops) -> Segment:
     """The segment of the first ``prefix_length`` layers from ``start`` in ``grid``, after
     checking it is one (one line naming the layer otherwise)."""
+    input_name, windows = _stretch(graph, start, prefix_length, ops)
+    rows, cols, cached = parse_grid(grid)
+    if not (rows <= windows[-1].out_hw[0] and cols <= windows[-1].out_hw[1]):
+        raise PatchError(f"layer '{windows[-1].name}': grid "
+                         f"{rows}x{cols}{'c' if cached else ''} does not fit its "
+                         f"{windows[-1].out_hw[0]}x{windows[-1].out_hw[1]} output")
+    return _make_segment(input_name, windows, (rows, cols), cached)
+
+
+def _stretch(graph: Graph, start: str | None, prefix_length: int, ops
+             ) -> tuple[str, list[Window]]:
+    """The node ``start`` names (None: the graph input) and the ``prefix_length`` layers
+    chained from it, after checking they end where one tensor leaves them (one line naming
+    the layer otherwise)."""
     input_name, chain = prefix_chain(graph, ops, start)
     if not input_name:
         raise PatchError(f"graph '{graph.name}' has {len(graph.input_names)} inputs; a patch "
@@ -959,13 +987,7 @@ def _segment(graph: Graph, start: str | None, prefix_length: int, grid, ops) -> 
                          f"{prefix_length} layers cannot end there, '{leaving[0]}' is read "
                          f"after it (possible lengths: "
                          f"{', '.join(map(str, cuts(graph, input_name, chain)))})")
-    windows = chain[:prefix_length]
-    rows, cols, cached = parse_grid(grid)
-    if not (rows <= windows[-1].out_hw[0] and cols <= windows[-1].out_hw[1]):
-        raise PatchError(f"layer '{windows[-1].name}': grid "
-                         f"{rows}x{cols}{'c' if cached else ''} does not fit its "
-                         f"{windows[-1].out_hw[0]}x{windows[-1].out_hw[1]} output")
-    return _make_segment(input_name, windows, (rows, cols), cached)
+    return input_name, chain[:prefix_length]
 
 
 def _make_segment(input_name: str, windows: list[Window], grid: tuple[int, int],
@@ -975,10 +997,13 @@ def _make_segment(input_name: str, windows: list[Window], grid: tuple[int, int],
     return Segment(input_name, tuple(windows), tuple(grid), tuple(regions), extra, cached)
 
 
-def parse_grid(grid) -> tuple[int, int, bool]:
+def parse_grid(grid) -> tuple[int, int, bool] | None:
     """``(rows, columns, cached)`` of a segment's grid, given as ``(rows, columns)`` or as
     text: ``"RxC"`` (``R x C`` patches, halos recomputed) or ``"Rx1c"`` (``R`` full-width
-    row strips, rows cached); refused in one line otherwise."""
+    row strips, rows cached); None for :data:`UNPATCHED` (a stretch of layers a forced plan
+    leaves as they are); refused in one line otherwise."""
+    if isinstance(grid, str) and grid.strip() == UNPATCHED:
+        return None
     match = re.fullmatch(r"(\d+)x(\d+)(c?)", grid.strip().lower()) \
         if isinstance(grid, str) else None
     if match:
@@ -988,8 +1013,8 @@ def parse_grid(grid) -> tuple[int, int, bool]:
         rows, cols, cached = int(grid[0]), int(grid[1]), False
     else:
         raise PatchError(f"grid {grid!r} is neither (rows, columns) of integers nor the "
-                         "text ROWSxCOLS (patches, e.g. 4x4) or ROWSx1c (cached row strips, "
-                         "e.g. 22x1c)")
+                         "text ROWSxCOLS (patches, e.g. 4x4), ROWSx1c (cached row strips, "
+                         f"e.g. 22x1c) or {UNPATCHED} (layers left unpatched)")
     if rows < 1 or cols < 1:
         raise PatchError(f"grid {grid!r}: rows and columns must be positive")
     if cached and cols != 1:
@@ -1010,10 +1035,17 @@ def _priced(graph: Graph, segments: tuple[Segment, ...], stream_input: bool, met
     extra = sum(seg.extra_macs for seg in segments)
     total = network_macs(graph)
     patched = sum(prefix_macs(list(seg.windows)) for seg in segments)
+    names = [w.name for w in prefix_chain(graph)[1]]
+    layout, at = [], 0
+    for seg in segments:
+        first = names.index(seg.layers[0])
+        layout += [(first - at, UNPATCHED)] if first > at else []
+        layout.append((len(seg.layers), seg.label))
+        at = first + len(seg.layers)
     return PatchPlan(segments, stream_input, base.peak_bytes, results[False].peak_bytes,
                      results[True].peak_bytes, extra, extra / total if total else 0.0,
                      extra / patched if patched else 0.0, tuple(results[stream_input].order),
-                     time.perf_counter() - started, results[stream_input])
+                     time.perf_counter() - started, tuple(layout), results[stream_input])
 
 
 # ------------------------------------------------------------------- numpy execution
