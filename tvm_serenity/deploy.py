@@ -242,10 +242,11 @@ class CompiledModel:
         else:
             streamed = (f"{p.peak_full_input:,} B ({p.peak_streamed:,} B with the input "
                         "streamed patch by patch)")
-        grids = " then ".join(seg.label for seg in p.segments)
+        grids = " then ".join(seg.label for seg in p.segments) + \
+            ("; c: cached rows" if any(seg.cached for seg in p.segments) else "")
         return (f"patches: {counted(len(p.layers), 'layer')} ({p.layers[0]} .. "
-                f"{p.layers[-1]}) in {counted(len(p.segments), 'segment')} ({grids}; c: "
-                f"cached rows), scheduler peak {p.peak_unpatched:,} -> {streamed}, "
+                f"{p.layers[-1]}) in {counted(len(p.segments), 'segment')} ({grids}), "
+                f"scheduler peak {p.peak_unpatched:,} -> {streamed}, "
                 f"+{100 * p.extra_macs_fraction:.1f}% MACs")
 
     @property
