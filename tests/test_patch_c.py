@@ -352,16 +352,19 @@ def test_mobilenet_v2_patched_on_host_halves_the_arena(tmp_path):
 @pytest.mark.slow
 @needs_rp2040js
 @pytest.mark.parametrize("stream_input", [False, True])
-def test_patched_cnn_bit_exact_on_rp2040js(tmp_path, stream_input):
+@pytest.mark.parametrize("grid", [(2, 3), "4x1c"])       # patches; cached row strips
+def test_patched_cnn_bit_exact_on_rp2040js(tmp_path, stream_input, grid):
     model = _float_input_cnn(seed=5)
     _compile_and_check(_write(model, tmp_path), tmp_path / "out", "pico", patch=True,
-                       patch_layers=5, patch_grid=(2, 3), stream_input=stream_input)
+                       patch_layers=5, patch_grid=grid, stream_input=stream_input)
 
 
 @pytest.mark.slow
 @needs_qemu
 @pytest.mark.parametrize("stream_input", [False, True])
-def test_patched_cnn_bit_exact_on_qemu(tmp_path, stream_input):
+@pytest.mark.parametrize("layers, grid", [(9, (3, 2)),
+                                          ([5, 4, 1], ["10x1c", "3x2", "5x1c"])])
+def test_patched_cnn_bit_exact_on_qemu(tmp_path, stream_input, layers, grid):
     model = build_cnn((20, 18), 3, RESIDUAL_STAGE, seed=2)
     _compile_and_check(_write(model, tmp_path), tmp_path / "out", "pico2", patch=True,
-                       patch_layers=9, patch_grid=(3, 2), stream_input=stream_input)
+                       patch_layers=layers, patch_grid=grid, stream_input=stream_input)

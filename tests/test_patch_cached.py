@@ -2,8 +2,8 @@
 regions against a tap enumeration, run_patched byte-equal to the reference interpreter
 (fixed cases and random small CNNs), the patched graph's peak against an exhaustive
 evaluation of the memory rules, the search's chain of segments against every chain of the
-same candidates, grids refused in one line, and the C build bit-exact on the host (and on
-rp2040js / QEMU: slow)."""
+same candidates, grids refused in one line, and the C build bit-exact on the host (on
+rp2040js / QEMU: test_patch_c.py)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from test_patch_c import C_LAYER, C_MIXED, _compile_and_check, _float_input_cnn, _write
-from test_patch_plan import (_LAYER, MIXED, RESIDUAL_STAGE, _all_orders, _fits,
-                             _independent_peak, _input, _plateau, build_cnn,
+from test_patch_c import C_LAYER, C_MIXED, _compile_and_check, _write
+from test_patch_plan import (_LAYER, EXPLICIT_PADS, MIXED, RESIDUAL_STAGE, TINY, _all_orders,
+                             _fits, _independent_peak, _input, _plateau, build_cnn,
                              inverted_residual)
-from toolchain import needs_cc, needs_qemu, needs_rp2040js
+from toolchain import needs_cc
 from tvm_serenity.cli import main
 from tvm_serenity.deploy import compile_tflite, load_plan, run
 from tvm_serenity.errors import SerenityError
@@ -138,12 +138,7 @@ def test_cached_exact_through_residual_blocks(lengths, strips):
 @pytest.mark.parametrize("fold_pad", [True, False])
 def test_cached_exact_explicit_pads(fold_pad):
     """Strips of an explicit PAD's output may lie entirely in its padding (no input row)."""
-    layers = [{"op": "PAD", "pads": ((1, 2), (2, 0))},
-              {"op": "CONV_2D", "kernel": (3, 3), "stride": (2, 2), "padding": "VALID",
-               "cout": 4},
-              {"op": "PAD", "pads": ((0, 1), (1, 1))},
-              {"op": "MAX_POOL_2D", "kernel": (2, 2), "stride": (2, 2), "padding": "VALID"}]
-    model = build_cnn((17, 15), 2, layers, seed=5)
+    model = build_cnn((17, 15), 2, EXPLICIT_PADS, seed=5)
     graph = tflite_to_graph(model, fold_pad=fold_pad)
     name, chain = prefix_chain(graph)
     for k in cuts(graph, name, chain):
@@ -189,9 +184,7 @@ def test_cached_exact_random_cnns(in_hw, cin, layers, seed, data):
 # ------------------------------------------------------------------------ memory model
 @pytest.mark.parametrize("stream_input", [False, True])
 def test_cached_graph_peak_is_the_brute_force_optimum(stream_input):
-    model = build_cnn((9, 6), 2, [{"op": "CONV_2D", "kernel": (3, 3), "cout": 3},
-                                  {"op": "DEPTHWISE_CONV_2D", "kernel": (3, 3),
-                                   "stride": (2, 2)}], seed=3)
+    model = build_cnn((9, 6), 2, TINY, seed=3)
     graph = tflite_to_graph(model)
     plan = plan_for(graph, 2, "3x1c", stream_input=stream_input, time_limit=20)
     pg = plan.graph(graph)
@@ -376,25 +369,6 @@ def test_search_with_cached_rows_builds_bit_exact_on_host(tmp_path):
     p = compiled.patch
     assert p is not None and p.peak_streamed < p.peak_unpatched
     assert any(seg.cached for seg in p.segments)
-
-
-@pytest.mark.slow
-@needs_rp2040js
-@pytest.mark.parametrize("stream_input", [False, True])
-def test_cached_cnn_bit_exact_on_rp2040js(tmp_path, stream_input):
-    model = _float_input_cnn(seed=5)
-    _compile_and_check(_write(model, tmp_path), tmp_path / "out", "pico", patch=True,
-                       patch_layers=5, patch_grid="4x1c", stream_input=stream_input)
-
-
-@pytest.mark.slow
-@needs_qemu
-@pytest.mark.parametrize("stream_input", [False, True])
-def test_cached_residual_stage_bit_exact_on_qemu(tmp_path, stream_input):
-    model = build_cnn((20, 18), 3, RESIDUAL_STAGE, seed=2)
-    _compile_and_check(_write(model, tmp_path), tmp_path / "out", "pico2", patch=True,
-                       patch_layers=[5, 4, 1], patch_grid=["10x1c", "10x1c", "5x1c"],
-                       stream_input=stream_input)
 
 
 def test_plan_graph_streams_only_a_segment_that_reads_the_input():

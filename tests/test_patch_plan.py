@@ -220,14 +220,17 @@ def test_run_patched_exact_mixed(prefix_length, grid):
     assert_exact(model, prefix_length, grid)
 
 
+#: explicit PADs, the first one foldable into the conv after it (fold_pad=True)
+EXPLICIT_PADS = [{"op": "PAD", "pads": ((1, 2), (2, 0))},
+                 {"op": "CONV_2D", "kernel": (3, 3), "stride": (2, 2), "padding": "VALID",
+                  "cout": 4},
+                 {"op": "PAD", "pads": ((0, 1), (1, 1))},
+                 {"op": "MAX_POOL_2D", "kernel": (2, 2), "stride": (2, 2), "padding": "VALID"}]
+
+
 @pytest.mark.parametrize("fold_pad", [True, False])
 def test_run_patched_exact_explicit_pad(fold_pad):
-    layers = [{"op": "PAD", "pads": ((1, 2), (2, 0))},
-              {"op": "CONV_2D", "kernel": (3, 3), "stride": (2, 2), "padding": "VALID",
-               "cout": 4},
-              {"op": "PAD", "pads": ((0, 1), (1, 1))},
-              {"op": "MAX_POOL_2D", "kernel": (2, 2), "stride": (2, 2), "padding": "VALID"}]
-    model = build_cnn((17, 15), 2, layers, seed=5)
+    model = build_cnn((17, 15), 2, EXPLICIT_PADS, seed=5)
     graph = tflite_to_graph(model, fold_pad=fold_pad)
     chain = prefix_chain(graph)[1]
     # folded: the first PAD becomes the conv's padding (the second feeds a pool: never folded)
@@ -408,11 +411,14 @@ def _all_orders(graph):
     return extend([], set())
 
 
+#: two layers whose patched graphs have few enough orders to try them all
+TINY = [{"op": "CONV_2D", "kernel": (3, 3), "cout": 3},
+        {"op": "DEPTHWISE_CONV_2D", "kernel": (3, 3), "stride": (2, 2)}]
+
+
 @pytest.mark.parametrize("stream_input", [False, True])
 def test_patched_graph_peak_is_the_brute_force_optimum(stream_input):
-    model = build_cnn((12, 10), 2, [{"op": "CONV_2D", "kernel": (3, 3), "cout": 3},
-                                    {"op": "DEPTHWISE_CONV_2D", "kernel": (3, 3),
-                                     "stride": (2, 2)}], seed=3)
+    model = build_cnn((12, 10), 2, TINY, seed=3)
     graph = tflite_to_graph(model)
     name, chain = prefix_chain(graph)
     regions = patch_regions(chain[:2], (2, 1))
