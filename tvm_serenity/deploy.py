@@ -40,16 +40,18 @@ overlap anywhere, the same kernel loops on two buffers). Building checks the SRA
 ``pico``/``pico2`` (arena + kernel scratch + .data/.bss + stack reserve against the chip's
 SRAM) and refuses a model that does not fit with every part itemised.
 
-``patch=True`` runs the first layers patch by patch where that lowers the peak
-(:func:`tvm_serenity.rewrite.patch.plan_patches` on the graph IR after the schedule pass,
-judged by the same scheduler, at most ``patch_overhead`` extra MACs, in one or more segments;
-``patch_layers`` with ``patch_grid`` force a plan, lists of them one per segment): the
-patched graph is what the arena is planned for and the emitter writes (bit-exact), and
-``plan.json``'s ``patch`` section has the plan (layers and grid of each segment, the first
-one's patches with their rows and columns, extra MACs), both peaks (the input resident and
-streamed), the order without patches, or why nothing was patched.
+``patch=True`` runs the first layers in segments of patches (halos recomputed) or of row
+strips (rows cached) where that lowers the peak (:func:`tvm_serenity.rewrite.patch.
+plan_patches` on the graph IR after the schedule pass, judged by the same scheduler, at most
+``patch_overhead`` extra MACs; ``patch_layers`` with ``patch_grid`` force a plan, lists of
+them one per stretch, grids as :func:`~tvm_serenity.rewrite.patch.parse_grid` reads them):
+the patched graph is what the arena is planned for and the emitter writes (bit-exact), and
+``plan.json``'s ``patch`` section has the plan (layers, kind, grid and patches of each
+segment, extra MACs, the flags that force it: ``forced_by``), both peaks (the input
+resident and streamed), the order without patches, or why nothing was patched.
 ``stream_input=True`` builds the streamed one: the input is no arena tensor and ``model_run``
-reads each patch's region through ``model_read_input`` (:mod:`tvm_serenity.codegen.graph_c`).
+reads each patch's or strip's region through ``model_read_input``
+(:mod:`tvm_serenity.codegen.graph_c`), when the plan's first segment reads the input.
 
 Inputs and outputs: any number, as the model's signature has them (``model_input(i)`` /
 ``model_output(i)`` in the arena, :mod:`tvm_serenity.codegen.graph_c`). By default a float32

@@ -92,10 +92,13 @@ Patch plans (:mod:`tvm_serenity.rewrite.patch`, ``compile --patch``). A patch no
 layer's kernel for the patch's region: a window layer's :mod:`.kernels` kernel built for the
 region's shape and border padding, with row pitches (:attr:`.spec.LayerSpec.input_row_pitch`)
 where it reads a window of a wider buffer (the whole input, or a reader's part of a
-producer's patch) or writes its rows into the prefix's full output, in the RiP layout where
-the plan runs a patch in place over the patch it reads; an elementwise layer (a residual ADD
-too) row by row in that case, otherwise in one call. The patches of a layer
-share its constant tables. The ``patch_output`` allocation is no code. A streamed input
+producer's patch or line buffer) or writes its rows into the segment's full output, in the
+RiP layout where the plan runs a patch in place over the patch it reads; an elementwise
+layer (a residual ADD too) row by row in that case, otherwise in one call. A cached strip's
+node first moves the rows its layer keeps (``attrs["patch"]["keep"]``) from its buffer of
+the strip before to the start of its own (a ``memmove``; none when they are already there),
+then writes its new rows after them. The patches of a layer share its constant tables. The
+``patch_output`` allocation is no code. A streamed input
 (``stream_input``) is no arena tensor: each patch's ``input_region`` node is filled through
 ``model_read_input(i, offset, dst, bytes)``, a function ``model.h`` declares
 (``MODEL_STREAMS_INPUT``) and the application defines, one call per row of the region (one
