@@ -27,6 +27,7 @@ from .builddir import absolute
 from .errors import SerenityError
 from .graph import Graph
 from .memory import liveness, simulate
+from .text import counted
 
 __all__ = ["Report", "LayerSaving", "layer_savings", "write_report", "write_compiled_report",
            "write_relax_report", "REPORT_DIR"]
@@ -177,8 +178,8 @@ def _plot_patches(path: Path, patch: dict) -> None:
                         fontsize=6)
         extents.append((max(p["rows"][1] for p in seg["patches"]),
                         max(p["cols"][1] for p in seg["patches"]),
-                        f"{n}: {seg['label']} ({seg['kind']}), {len(seg['layers'])} layers "
-                        f"to {seg['layers'][-1]}"))
+                        f"{n}: {seg['label']} ({seg['kind']}), "
+                        f"{counted(len(seg['layers']), 'layer')} to {seg['layers'][-1]}"))
     for ax, (h, w, title) in zip(axes, extents):
         ax.set_xlim(0, w)
         ax.set_ylim(h, 0)
@@ -186,9 +187,9 @@ def _plot_patches(path: Path, patch: dict) -> None:
         ax.set_title(title, fontsize=7)
     for ax in axes[panels:]:
         ax.axis("off")
-    fig.suptitle(f"{len(segments)} segment{'s' if len(segments) > 1 else ''} over "
-                 f"{len(patch['layers'])} layers, +{100 * patch['extra_macs_fraction']:.1f}% "
-                 f"MACs", fontsize=10)
+    fig.suptitle(f"{counted(len(segments), 'segment')} over "
+                 f"{counted(len(patch['layers']), 'layer')}, "
+                 f"+{100 * patch['extra_macs_fraction']:.1f}% MACs", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -680,7 +680,7 @@ STRIP_HEIGHTS = (1, 2, 3, 4)
 
 
 def _grids(window: Window, grid_max: int) -> list[tuple[int, int]]:
-    """The grids tried for a prefix ending in ``window``, fewest patches first."""
+    """The grids of patches tried for a segment ending in ``window``, fewest first."""
     grids = [(n, m) for n in range(1, min(grid_max, window.out_hw[0]) + 1)
              for m in range(1, min(grid_max, window.out_hw[1]) + 1) if n * m > 1]
     return sorted(grids, key=lambda g: (g[0] * g[1], abs(g[0] - g[1])))
@@ -782,8 +782,8 @@ class _Search:
     def may_lower(self, p: int, q: int, peak: int) -> bool:
         """Can a segment over ``[p, q)`` be part of a chain whose peak is below ``peak``?
         Only when the stretch needs ``peak`` unpatched, its input and output leave room
-        below it, and it ends by the first position from which no layer needs ``peak``
-        (a longer segment only adds halo: the existing search's stopping rule)."""
+        below it, and it ends by the first position from which no layer needs ``peak`` (a
+        longer segment only adds halo)."""
         last = max((t for t, b in enumerate(self.layer_bytes) if b >= peak), default=-1)
         reach = min((k for k in self.stops if k > last), default=len(self.chain))
         return self.unpatched(p, q) >= peak and self.lower_bound(p, q) < peak and q <= reach
@@ -829,8 +829,7 @@ class _Search:
         front = {n: [(floor, 0, 0, ())]}
         for i in range(len(ends) - 2, -1, -1):
             p, q = ends[i], ends[i + 1]
-            unpatched = max(self.layer_bytes[p:q])
-            options = [(max(unpatched, e[0]), *e[1:]) for e in front[q]]
+            options = [(max(self.unpatched(p, q), e[0]), *e[1:]) for e in front[q]]
             for c in by_start.get(p, ()):
                 for e in front[c.stop]:
                     if c.extra_macs + e[1] <= self.budget and (
