@@ -15,10 +15,14 @@ arena, Right In-Place):
 * ``patch, input streamed`` (``patch=True, stream_input=True``: the input is no arena tensor,
   ``model_run`` reads each patch's region through ``model_read_input``).
 
-Columns: the plan (patched layers, grid, extra MACs as a fraction of the network's), the
-arena, the SRAM total of the fit check against the RP2040's 270,336 B, rp2040js cycles and
-their ratio to the unpatched build, and whether the outputs equal TensorFlow Lite Micro's
-interpreter byte for byte (one random input). A build that does not fit is measured, not run.
+Columns: the plan (patched layers, the grid of each segment: ``RxC`` patches with recomputed
+halos or ``Rx1c`` row strips with cached rows, extra MACs as a fraction of the network's),
+the arena and how many times smaller it is than the unpatched one, the SRAM total of the fit
+check against the RP2040's 270,336 B, rp2040js cycles and their ratio to the unpatched build,
+and whether the outputs equal TensorFlow Lite Micro's interpreter byte for byte (one random
+input). A build that does not fit is measured, not run; where the unpatched build does not
+fit but the streamed one runs, both are also built for the Pico 2 and run on QEMU, for their
+instruction ratio (:func:`qemu_ratio`).
 
 MobileNetV2 (width 1.0, 224x224, int8) is too large for the Pico's flash; its row is the
 memory model's peaks in MCUNetV2's accounting next to the paper's figures (Lin et al., NeurIPS
@@ -116,14 +120,14 @@ def _plan_cells(row: dict) -> list:
     p = row["compiled"].patch
     if p is None:
         return ["no gain", "", ""]
-    return [f"{len(p.layers)} ({p.layers[-1]})",
-            " + ".join(f"{seg.grid[0]}x{seg.grid[1]}" for seg in p.segments),
+    return [f"{len(p.layers)} ({p.layers[-1]})", " + ".join(seg.label for seg in p.segments),
             f"{100 * p.extra_macs_fraction:.1f}%"]
 
 
 def _run_cells(row: dict, base: dict) -> list:
     fit = row["fit"]
-    cells = [row["compiled"].arena_bytes, fit.total_bytes, fits(fit)]
+    arena = row["compiled"].arena_bytes
+    cells = [arena, f"{base['compiled'].arena_bytes / arena:.2f}", fit.total_bytes, fits(fit)]
     if row["cycles"] is None:
         return cells + ["n/a", "n/a", "n/a"]
     ratio = f"{row['cycles'] / base['cycles']:.3f}" if base["cycles"] else "n/a"
@@ -132,8 +136,8 @@ def _run_cells(row: dict, base: dict) -> list:
 
 HEAD = ["model", "arena B", "SRAM B", "fits", "cycles", "exact",
         *[column for kind in ("resident", "streamed")
-          for column in (f"{kind}: layers", "grid", "extra MACs", "arena B", "SRAM B", "fits",
-                         "cycles", "x cycles", "bit-exact vs TFLM")]]
+          for column in (f"{kind}: layers", "grid", "extra MACs", "arena B", "x smaller",
+                         "SRAM B", "fits", "cycles", "x cycles", "bit-exact vs TFLM")]]
 
 
 def _exact(row: dict) -> str:
@@ -143,18 +147,42 @@ def _exact(row: dict) -> str:
 def measure_model(name: str, path: Path, work: Path, time_limit: float, execute: bool
                   ) -> list:
     """One table row: the three builds of the model at ``path`` (module docstring)."""
+    return _row(name, _builds(path, work, time_limit, execute))
+
+
+def _builds(path: Path, work: Path, time_limit: float, execute: bool) -> list[dict]:
     model = load_tflite(path)
     inputs = model_inputs(model, np.random.default_rng(SEED))
     expected = tflm_outputs(path, model, [inputs])[0]
-    builds = [_measure(path, work / kind, inputs, expected, time_limit, execute, **options)
-              for kind, options in (("plain", {}), ("resident", {"patch": True}),
-                                    ("streamed", {"patch": True, "stream_input": True}))]
+    return [_measure(path, work / kind, inputs, expected, time_limit, execute, **options)
+            for kind, options in (("plain", {}), ("resident", {"patch": True}),
+                                  ("streamed", {"patch": True, "stream_input": True}))]
+
+
+def _row(name: str, builds: list[dict]) -> list:
     base = builds[0]
-    row = [name, *_run_cells(base, base)[:2], fits(base["fit"]), base["cycles"] or "n/a",
-           _exact(base)]
+    row = [name, base["compiled"].arena_bytes, base["fit"].total_bytes, fits(base["fit"]),
+           base["cycles"] or "n/a", _exact(base)]
     for b in builds[1:]:
         row += _plan_cells(b) + _run_cells(b, base)
     return row
+
+
+def qemu_ratio(path: Path, streamed: dict, work: Path, time_limit: float) -> str:
+    """Where the unpatched build cannot run on the Pico: the streamed plan (forced by its
+    layout, so the same plan) and the unpatched model built for the Pico 2 (RP2350, 520 KB
+    SRAM) and run on QEMU; their instruction counts (QEMU models no cycles), both checked
+    against the reference interpreter."""
+    plan = streamed["compiled"].patch
+    counts = []
+    for kind, options in (("plain", {}), ("streamed", {
+            "patch": True, "stream_input": True, "patch_layers": [k for k, _ in plan.layout],
+            "patch_grid": [g for _, g in plan.layout]})):
+        out = work / f"pico2-{kind}"
+        compile_tflite(path, "pico2", out, time_limit=time_limit, **options)
+        counts.append(run(out).instructions)
+    return (f"on QEMU (Pico 2) the streamed plan runs {counts[1]:,} instructions, the "
+            f"unpatched model {counts[0]:,}: {counts[1] / counts[0]:.3f}x, both bit-exact")
 
 
 def mobilenet_v2_224(time_limit: float) -> list:
@@ -168,7 +196,7 @@ def mobilenet_v2_224(time_limit: float) -> list:
     plans = [plan_patches(graph, stream_input=s, time_limit=time_limit) for s in (True, False)]
     streamed = plans[0].peak_streamed if plans[0] else ours
     resident = plans[1].peak_full_input if plans[1] else ours
-    grids = "; ".join(f"{kind}: {' + '.join(f'{g.grid[0]}x{g.grid[1]}' for g in p.segments)}"
+    grids = "; ".join(f"{kind}: {' + '.join(seg.label for seg in p.segments)}"
                       f" over {len(p.layers)} layers, +{100 * p.extra_macs_fraction:.1f}% MACs"
                       for kind, p in zip(("streamed", "resident"), plans) if p is not None)
     return [f"{PAPER[0]:,} -> {PAPER[1]:,} KiB", f"{tflite_order / 1024:,.0f} KiB",
@@ -195,35 +223,47 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = args.out or Path(tmp)
         (work / "models").mkdir(parents=True, exist_ok=True)
-        rows = []
+        rows, notes = [], []
         for name, path in _models(args.models, work / "models"):
-            rows.append(measure_model(name, path, work / name.split()[0], args.time_limit,
-                                      not args.no_run))
+            builds = _builds(path, work / name.split()[0], args.time_limit, not args.no_run)
+            rows.append(_row(name, builds))
             print(" | ".join(str(c) for c in rows[-1]), flush=True)
+            if not args.no_run and builds[0]["cycles"] is None and builds[2]["cycles"] \
+                    and builds[2]["compiled"].patch is not None:
+                notes.append(f"* {name}: the unpatched build does not fit the Pico; "
+                             + qemu_ratio(path, builds[2], work / name.split()[0],
+                                          args.time_limit) + ".")
+                print(notes[-1], flush=True)
         mbv2 = mobilenet_v2_224(args.time_limit)
-    fitting = [sum(1 for r in rows if str(r[col]).startswith("yes")) for col in (3, 11, 20)]
+    fitting = [sum(1 for r in rows if str(r[col]).startswith("yes"))
+               for col, head in enumerate(HEAD) if head == "fits"]
     text = "\n".join([
         "## Patch-based execution of the first layers (`patch`)", "",
         "`python -m benchmarks.patch_bench --write`. Each model compiled for the Pico "
         "(RP2040) three times by `tvm_serenity.deploy.compile_tflite` with the defaults "
         "(serenity order, optimal arena, Right In-Place): unpatched; `patch=True` (the CLI's "
-        "`--patch`: the search of `tvm_serenity.rewrite.patch.plan_patches` over prefixes "
-        "of window layers and residual blocks and grids up to 8x8, at most 20% extra MACs, "
-        "kept only where the whole network's peak drops), the input resident in the arena "
-        "as without patches; and `patch=True, stream_input=True` (`--stream-input`: the input "
-        "is no arena tensor, `model_run` reads each patch's region through "
-        "`model_read_input`, here served from flash). layers: how many layers the patches "
-        "cover (the last one); extra MACs: the halo recomputation, a fraction of the "
-        "network's MACs; SRAM: what the fit check counts (arena, scratch, 8 KiB stack "
+        "`--patch`: the search of `tvm_serenity.rewrite.patch.plan_patches`, a chain of "
+        "segments of window layers and residual blocks, each computed in a grid of up to "
+        "8x8 patches whose halos are recomputed or in full-width row strips whose layers "
+        "keep the rows the next strip reads (no recomputation), at most 20% extra MACs in "
+        "all, kept only where the whole network's peak drops), the input resident in the "
+        "arena as without patches; and `patch=True, stream_input=True` (`--stream-input`: "
+        "the input is no arena tensor, `model_run` reads each patch's or strip's region "
+        "through `model_read_input`, here served from flash). layers: how many layers the "
+        "segments cover (the last one); grid: one per segment, in order (`RxC`: patches, "
+        "halos recomputed; `Rx1c`: R row strips, rows cached; a segment starts from the "
+        "full output the one before wrote, or after layers left unpatched); extra MACs: the "
+        "halo recomputation, a fraction of the network's MACs; x smaller: the unpatched "
+        "arena over this one; SRAM: what the fit check counts (arena, scratch, 8 KiB stack "
         "reserve, runtime) against 270,336 B; cycles on rp2040js with one random input; "
         "bit-exact: all outputs equal TensorFlow Lite Micro's interpreter byte for byte. "
         "`(zoo)`: an MCUNet config of `../shared/models/mcunet` written as int8 `.tflite` "
-        "with seeded random weights. grid: one per segment (`a + b`: a second segment "
-        "patches on from the full output the first wrote). x cycles is n/a where the "
-        "unpatched build does not fit the Pico and so cannot run.", "",
+        "with seeded random weights. x cycles is n/a where the unpatched build does not fit "
+        "the Pico and so cannot run (its instruction ratio on QEMU is below the table).", "",
         table(HEAD, rows), "",
         f"Models that fit the Pico: unpatched {fitting[0]}, patched with the input resident "
         f"{fitting[1]}, patched with the input streamed {fitting[2]} of {len(rows)}.", "",
+        *([*notes, ""] if notes else []),
         "MobileNetV2 (width 1.0, 224x224, int8; too large for the Pico's flash), peak "
         "activation memory from the memory model, against MCUNetV2's published figures "
         "(their KB is KiB: 1,372 KB is the 112x112x96 expand output with its 112x112x16 "

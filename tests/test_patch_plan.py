@@ -220,14 +220,17 @@ def test_run_patched_exact_mixed(prefix_length, grid):
     assert_exact(model, prefix_length, grid)
 
 
+#: explicit PADs, the first one foldable into the conv after it (fold_pad=True)
+EXPLICIT_PADS = [{"op": "PAD", "pads": ((1, 2), (2, 0))},
+                 {"op": "CONV_2D", "kernel": (3, 3), "stride": (2, 2), "padding": "VALID",
+                  "cout": 4},
+                 {"op": "PAD", "pads": ((0, 1), (1, 1))},
+                 {"op": "MAX_POOL_2D", "kernel": (2, 2), "stride": (2, 2), "padding": "VALID"}]
+
+
 @pytest.mark.parametrize("fold_pad", [True, False])
 def test_run_patched_exact_explicit_pad(fold_pad):
-    layers = [{"op": "PAD", "pads": ((1, 2), (2, 0))},
-              {"op": "CONV_2D", "kernel": (3, 3), "stride": (2, 2), "padding": "VALID",
-               "cout": 4},
-              {"op": "PAD", "pads": ((0, 1), (1, 1))},
-              {"op": "MAX_POOL_2D", "kernel": (2, 2), "stride": (2, 2), "padding": "VALID"}]
-    model = build_cnn((17, 15), 2, layers, seed=5)
+    model = build_cnn((17, 15), 2, EXPLICIT_PADS, seed=5)
     graph = tflite_to_graph(model, fold_pad=fold_pad)
     chain = prefix_chain(graph)[1]
     # folded: the first PAD becomes the conv's padding (the second feeds a pool: never folded)
@@ -408,11 +411,14 @@ def _all_orders(graph):
     return extend([], set())
 
 
+#: two layers whose patched graphs have few enough orders to try them all
+TINY = [{"op": "CONV_2D", "kernel": (3, 3), "cout": 3},
+        {"op": "DEPTHWISE_CONV_2D", "kernel": (3, 3), "stride": (2, 2)}]
+
+
 @pytest.mark.parametrize("stream_input", [False, True])
 def test_patched_graph_peak_is_the_brute_force_optimum(stream_input):
-    model = build_cnn((12, 10), 2, [{"op": "CONV_2D", "kernel": (3, 3), "cout": 3},
-                                    {"op": "DEPTHWISE_CONV_2D", "kernel": (3, 3),
-                                     "stride": (2, 2)}], seed=3)
+    model = build_cnn((12, 10), 2, TINY, seed=3)
     graph = tflite_to_graph(model)
     name, chain = prefix_chain(graph)
     regions = patch_regions(chain[:2], (2, 1))
@@ -472,17 +478,21 @@ def test_search_lowers_the_peak_and_stays_exact(stream_input):
     assert plan.peak_bytes < unpatched
     assert plan.extra_macs_fraction <= 0.3
     # the reported peak is the memory model's for the reported order
-    from tvm_serenity.memory import simulate
-    pg = patched_graph(graph, plan.input, list(plan.windows), list(plan.regions),
-                       stream_input)
-    assert simulate(pg, plan.order).peak_bytes == plan.peak_bytes
+    assert simulate(plan.graph(graph), plan.order).peak_bytes == plan.peak_bytes
     x = _input(model)
     assert run_patched(model, plan, x)[0].tobytes() == reference.run(model, x)[0].tobytes()
 
 
 def test_search_respects_the_overhead_limit():
-    graph = tflite_to_graph(_funnel())
-    assert plan_patches(graph, max_overhead=0.0, time_limit=30) is None
+    """No extra MAC allowed: only cached strips (no recomputation) remain, and they still
+    lower the peak."""
+    model = _funnel()
+    graph = tflite_to_graph(model)
+    plan = plan_patches(graph, max_overhead=0.0, time_limit=30)
+    assert plan is not None and plan.peak_bytes < plan.peak_unpatched
+    assert all(seg.cached for seg in plan.segments) and plan.extra_macs <= 0
+    x = _input(model)
+    assert run_patched(model, plan, x)[0].tobytes() == reference.run(model, x)[0].tobytes()
 
 
 def test_no_plan_when_patching_cannot_help():

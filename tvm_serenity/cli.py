@@ -171,9 +171,11 @@ def _add_compile(sub) -> None:
     p.add_argument("--patch-overhead", type=float, metavar="FRACTION",
                    help="with --patch: the extra MACs a plan may cost, a fraction of the "
                         "network's (default: 0.2)")
-    p.add_argument("--patch-grid", metavar="ROWSxCOLS",
+    p.add_argument("--patch-grid", metavar="ROWSxCOLS[c]",
                    help="with --patch and --patch-layers: force this grid instead of the "
-                        "search, e.g. 4x4 (or one per segment: 3x4,1x3)")
+                        "search: 4x4 (patches, halos recomputed) or 22x1c (22 full-width "
+                        "row strips, rows cached); one per stretch of --patch-layers, none "
+                        "leaving one unpatched: 22x1c,none,8x8")
     p.add_argument("--patch-layers", metavar="K",
                    help="with --patch and --patch-grid: patch the first K layers (or K "
                         "layers per segment, each from the output of the one before: 10,2)")
@@ -251,22 +253,23 @@ def _cmd_compile(args) -> int:
 
 
 def _patch_plan(layers: str | None, grids: str | None):
-    """``--patch-layers K[,K...]`` and ``--patch-grid RxC[,RxC...]`` as ints and tuples (one
-    segment: a plain int and tuple); refused in one line when malformed."""
+    """``--patch-layers K[,K...]`` as ints and ``--patch-grid G[,G...]`` as grid texts
+    (``RxC`` or ``Rx1c``, one per segment; one segment: a plain int and text), refused in
+    one line when malformed."""
     if layers is not None and not all(k.strip().isdigit() for k in layers.split(",")):
         raise SerenityError(f"--patch-layers must be a number of layers (or numbers joined "
                             f"by commas), got '{layers}'")
-    parsed = []
-    for text in (grids.split(",") if grids is not None else []):
-        parts = text.strip().lower().split("x")
-        if len(parts) != 2 or not all(p.isdigit() for p in parts):
-            raise SerenityError(f"--patch-grid must be ROWSxCOLS such as 4x4 (or several "
-                                f"joined by commas), got '{grids}'")
-        parsed.append((int(parts[0]), int(parts[1])))
+    from .rewrite.patch import PatchError, parse_grid
+    texts = [t.strip() for t in grids.split(",")] if grids is not None else []
+    for text in texts:
+        try:
+            parse_grid(text)
+        except PatchError as e:
+            raise SerenityError(f"--patch-grid: {e}") from None
     ks = [int(k) for k in layers.split(",")] if layers is not None else None
-    if ks is not None and len(ks) == 1 and len(parsed) <= 1:
-        return ks[0], parsed[0] if parsed else None
-    return ks, parsed or None
+    if ks is not None and len(ks) == 1 and len(texts) <= 1:
+        return ks[0], texts[0] if texts else None
+    return ks, texts or None
 
 
 def _shown(out: str, path: Path) -> Path:

@@ -41,16 +41,18 @@ overlap anywhere, the same kernel loops on two buffers). Building checks the SRA
 ``pico``/``pico2`` (arena + kernel scratch + .data/.bss + stack reserve against the chip's
 SRAM) and refuses a model that does not fit with every part itemised.
 
-``patch=True`` runs the first layers patch by patch where that lowers the peak
-(:func:`tvm_serenity.rewrite.patch.plan_patches` on the graph IR after the schedule pass,
-judged by the same scheduler, at most ``patch_overhead`` extra MACs, in one or more segments;
-``patch_layers`` with ``patch_grid`` force a plan, lists of them one per segment): the
-patched graph is what the arena is planned for and the emitter writes (bit-exact), and
-``plan.json``'s ``patch`` section has the plan (layers and grid of each segment, the first
-one's patches with their rows and columns, extra MACs), both peaks (the input resident and
-streamed), the order without patches, or why nothing was patched.
+``patch=True`` runs the first layers in segments of patches (halos recomputed) or of row
+strips (rows cached) where that lowers the peak (:func:`tvm_serenity.rewrite.patch.
+plan_patches` on the graph IR after the schedule pass, judged by the same scheduler, at most
+``patch_overhead`` extra MACs; ``patch_layers`` with ``patch_grid`` force a plan, lists of
+them one per stretch, grids as :func:`~tvm_serenity.rewrite.patch.parse_grid` reads them):
+the patched graph is what the arena is planned for and the emitter writes (bit-exact), and
+``plan.json``'s ``patch`` section has the plan (layers, kind, grid and patches of each
+segment, extra MACs, the flags that force it: ``forced_by``), both peaks (the input
+resident and streamed), the order without patches, or why nothing was patched.
 ``stream_input=True`` builds the streamed one: the input is no arena tensor and ``model_run``
-reads each patch's region through ``model_read_input`` (:mod:`tvm_serenity.codegen.graph_c`).
+reads each patch's or strip's region through ``model_read_input``
+(:mod:`tvm_serenity.codegen.graph_c`), when the plan's first segment reads the input.
 
 Inputs and outputs: any number, as the model's signature has them (``model_input(i)`` /
 ``model_output(i)`` in the arena, :mod:`tvm_serenity.codegen.graph_c`). By default a float32
@@ -104,7 +106,8 @@ from .frontend.tflite_model import Tensor, TFLiteModel
 from .graph import Graph
 from .passes import FoldPad, LowerFakeQuant, MemoryAwareSchedule
 from .rewrite import PATTERN_NAMES, RewriteResult, rewrite_graph
-from .rewrite.patch import PatchPlan, plan_for, plan_patches, why_no_plan, without_inplace
+from .rewrite.patch import (PatchError, PatchPlan, Segment, parse_grid, plan_for,
+                            plan_patches, source_region, why_no_plan, without_inplace)
 from .rip.choice import relax_channel_kinds
 from .schedule import Deadline, ScheduleResult
 from .text import counted
@@ -209,19 +212,20 @@ class CompiledModel:
         if p is None:
             return {"applied": False, "why": self.patch_refusal or "no plan lowers the peak "
                                                                   "within the MAC overhead"}
-        return {"applied": True, "stream_input": p.stream_input, "layers": list(p.layers),
-                "grid": list(p.grid),
+        return {"applied": True, "stream_input": p.stream_input,
+                "input_streamed": self.input_streamed, "layers": list(p.layers),
                 "segments": [{"layers": list(seg.layers), "grid": list(seg.grid),
-                              "reads": seg.input, "extra_macs": seg.extra_macs}
+                              "kind": "cached rows" if seg.cached else "recomputed halos",
+                              "label": seg.label, "reads": seg.input,
+                              "extra_macs": seg.extra_macs, "patches": _patches_json(seg)}
                              for seg in p.segments],
                 "peak_unpatched_bytes": p.peak_unpatched,
                 "peak_bytes": p.peak_full_input, "peak_streamed_bytes": p.peak_streamed,
                 "extra_macs": p.extra_macs, "extra_macs_fraction": p.extra_macs_fraction,
                 "prefix_overhead": p.prefix_overhead, "seconds": round(p.seconds, 3),
-                "unpatched_order": list(self.unpatched_order),
-                "patches": [{"rows": list(r[-1].out_rows), "cols": list(r[-1].out_cols),
-                             "input_rows": list(r[0].in_rows),
-                             "input_cols": list(r[0].in_cols)} for r in p.regions]}
+                "forced_by": "--patch-layers " + ",".join(str(k) for k, _ in p.layout)
+                             + " --patch-grid " + ",".join(g for _, g in p.layout),
+                "unpatched_order": list(self.unpatched_order)}
 
     def patch_summary(self) -> str | None:
         """One line on the patch plan (None when not requested)."""
@@ -232,15 +236,26 @@ class CompiledModel:
             why = self.patch_refusal or "no plan lowers the peak within the MAC overhead allowed"
             kept = "; the input stays in the arena" if self.stream_input else ""
             return f"patches: none ({why}){kept}"
-        streamed = (f"{p.peak_streamed:,} B with the input streamed (this build), "
-                    f"{p.peak_full_input:,} B with it resident") if p.stream_input else \
-            (f"{p.peak_full_input:,} B ({p.peak_streamed:,} B with the input streamed patch "
-             f"by patch)")
-        grids = " then ".join(f"{seg.grid[0]}x{seg.grid[1]}" for seg in p.segments)
-        return (f"patches: first {counted(len(p.layers), 'layer')} ({p.layers[0]} .. "
+        if self.input_streamed:
+            streamed = (f"{p.peak_streamed:,} B with the input streamed (this build), "
+                        f"{p.peak_full_input:,} B with it resident")
+        elif p.stream_input:
+            streamed = (f"{p.peak_full_input:,} B, the input in the arena (no segment reads "
+                        "it: streaming it saves nothing)")
+        else:
+            streamed = (f"{p.peak_full_input:,} B ({p.peak_streamed:,} B with the input "
+                        "streamed patch by patch)")
+        grids = " then ".join(seg.label for seg in p.segments) + \
+            ("; c: cached rows" if any(seg.cached for seg in p.segments) else "")
+        return (f"patches: {counted(len(p.layers), 'layer')} ({p.layers[0]} .. "
                 f"{p.layers[-1]}) in {counted(len(p.segments), 'segment')} ({grids}), "
-                f"scheduler peak "
-                f"{p.peak_unpatched:,} -> {streamed}, +{100 * p.extra_macs_fraction:.1f}% MACs")
+                f"scheduler peak {p.peak_unpatched:,} -> {streamed}, "
+                f"+{100 * p.extra_macs_fraction:.1f}% MACs")
+
+    @property
+    def input_streamed(self) -> bool:
+        """Does this build read an input region by region (``model_read_input``)?"""
+        return any(t.streamed for t in self.emitted.inputs)
 
     def rewrite_json(self) -> dict | None:
         """The identity rewriting decisions (None when not requested)."""
@@ -285,6 +300,19 @@ class CompiledModel:
         if self.fit is not None:
             lines.append(self.fit.describe())
         return "\n".join(lines)
+
+
+def _patches_json(seg: Segment) -> list[dict]:
+    """Each patch (strip) of a segment: the rows and columns of the segment's output it
+    writes, and those of the segment's input it reads (null where a cached strip reads no
+    new input row)."""
+    out = []
+    for patch in seg.regions:
+        read = source_region(list(seg.windows), patch, seg.input)
+        out.append({"rows": list(patch[-1].out_rows), "cols": list(patch[-1].out_cols),
+                    "input_rows": list(read[0]) if read else None,
+                    "input_cols": list(read[1]) if read else None})
+    return out
 
 
 def _random_inputs(core: IntegerCore, seed: int) -> list[bytes]:
@@ -482,16 +510,18 @@ def _forced_patch(patch: bool, layers, grid) -> tuple[list[int], list[tuple]] | 
                             "patch=True")
     many = isinstance(layers, (list, tuple))
     layers = list(layers) if many else [layers]
-    grids = [tuple(g) if isinstance(g, (list, tuple)) else () for g in grid] if many \
-        else [tuple(grid) if isinstance(grid, (list, tuple)) else ()]
+    grids = list(grid) if many and isinstance(grid, (list, tuple)) else [grid]
     if any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in layers):
         raise SerenityError(f"patch_layers must be a positive number of layers (or one per "
                             f"segment), got {layers if many else layers[0]!r}")
-    if len(grids) != len(layers) or any(
-            len(g) != 2 or any(isinstance(v, bool) or not isinstance(v, int) or v < 1
-                               for v in g) for g in grids):
-        raise SerenityError(f"patch_grid must be (rows, columns) of positive integers, one "
-                            f"per segment of patch_layers, got {grid!r}")
+    if len(grids) != len(layers):
+        raise SerenityError(f"patch_grid must be one per segment of patch_layers "
+                            f"({len(layers)} segments), got {grid!r}")
+    for g in grids:
+        try:
+            parse_grid(g)
+        except PatchError as e:
+            raise SerenityError(f"patch_grid: {e}") from None
     return layers, grids
 
 

@@ -27,6 +27,7 @@ from .builddir import absolute
 from .errors import SerenityError
 from .graph import Graph
 from .memory import liveness, simulate
+from .text import counted
 
 __all__ = ["Report", "LayerSaving", "layer_savings", "write_report", "write_compiled_report",
            "write_relax_report", "REPORT_DIR"]
@@ -143,35 +144,52 @@ def _plot_arena(path: Path, graph: Graph, order: list[str], offsets: dict[str, i
     return rects
 
 
-def _plot_patches(path: Path, patch: dict, input_shape) -> None:
-    """The patch grid: each patch's input region (halos overlap) on the input, and the
-    patches of the prefix's output they produce."""
+def _plot_patches(path: Path, patch: dict) -> None:
+    """The patch plan: the input regions the first segment's patches read (halos overlap;
+    cached strips read each row once), then each segment's output in its patches or
+    strips."""
     plt = _pyplot()
     from matplotlib.patches import Rectangle
-    fig, axes = plt.subplots(1, 2, figsize=(9, 4.5))
-    height, width = int(input_shape[1]), int(input_shape[2])
-    out_rows = max(p["rows"][1] for p in patch["patches"])
-    out_cols = max(p["cols"][1] for p in patch["patches"])
+    segments = patch["segments"]
+    panels = len(segments) + 1
+    columns = min(panels, 4)
+    rows = -(-panels // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, 3.4 * rows),
+                             squeeze=False)
+    axes = list(axes.flat)
     colors = plt.get_cmap("tab20")
-    for k, p in enumerate(patch["patches"]):
-        (r0, r1), (c0, c1) = p["input_rows"], p["input_cols"]
-        axes[0].add_patch(Rectangle((c0, r0), c1 - c0, r1 - r0, facecolor=colors(k % 20),
-                                    alpha=0.25, edgecolor=colors(k % 20), linewidth=1.2))
-        (r0, r1), (c0, c1) = p["rows"], p["cols"]
-        axes[1].add_patch(Rectangle((c0, r0), c1 - c0, r1 - r0, facecolor=colors(k % 20),
-                                    alpha=0.6, edgecolor="black", linewidth=0.6))
-        axes[1].text((c0 + c1) / 2, (r0 + r1) / 2, str(k), ha="center", va="center",
-                     fontsize=7)
-    for ax, (h, w), title in ((axes[0], (height, width), "input regions (halos overlap)"),
-                              (axes[1], (out_rows, out_cols),
-                               f"patches of {patch['layers'][-1]}")):
+    first = segments[0]["patches"]
+    reads = [p for p in first if p["input_rows"] is not None]
+    extents = [(max(p["input_rows"][1] for p in reads), max(p["input_cols"][1] for p in reads),
+                f"input regions of '{segments[0]['reads']}'")]
+    for k, p in enumerate(first):
+        if p["input_rows"] is not None:
+            (r0, r1), (c0, c1) = p["input_rows"], p["input_cols"]
+            axes[0].add_patch(Rectangle((c0, r0), c1 - c0, r1 - r0, facecolor=colors(k % 20),
+                                        alpha=0.25, edgecolor=colors(k % 20), linewidth=1.2))
+    for n, seg in enumerate(segments, 1):
+        ax = axes[n]
+        for k, p in enumerate(seg["patches"]):
+            (r0, r1), (c0, c1) = p["rows"], p["cols"]
+            ax.add_patch(Rectangle((c0, r0), c1 - c0, r1 - r0, facecolor=colors(k % 20),
+                                   alpha=0.6, edgecolor="black", linewidth=0.6))
+            if len(seg["patches"]) <= 64:
+                ax.text((c0 + c1) / 2, (r0 + r1) / 2, str(k), ha="center", va="center",
+                        fontsize=6)
+        extents.append((max(p["rows"][1] for p in seg["patches"]),
+                        max(p["cols"][1] for p in seg["patches"]),
+                        f"{n}: {seg['label']} ({seg['kind']}), "
+                        f"{counted(len(seg['layers']), 'layer')} to {seg['layers'][-1]}"))
+    for ax, (h, w, title) in zip(axes, extents):
         ax.set_xlim(0, w)
         ax.set_ylim(h, 0)
         ax.set_aspect("equal")
-        ax.set_title(title, fontsize=9)
-    fig.suptitle(f"{patch['grid'][0]}x{patch['grid'][1]} patches over "
-                 f"{len(patch['layers'])} layers, +{100 * patch['extra_macs_fraction']:.1f}% "
-                 f"MACs", fontsize=10)
+        ax.set_title(title, fontsize=7)
+    for ax in axes[panels:]:
+        ax.axis("off")
+    fig.suptitle(f"{counted(len(segments), 'segment')} over "
+                 f"{counted(len(patch['layers']), 'layer')}, "
+                 f"+{100 * patch['extra_macs_fraction']:.1f}% MACs", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -199,14 +217,14 @@ def write_report(out_dir: str | os.PathLike, graph: Graph,
                  orders: dict[str, tuple], offsets: dict[str, int],
                  arena_bytes: int, planner: str, summary: list[tuple[str, str]],
                  budget_bytes: int | None = None, arena_graph: Graph | None = None,
-                 patch: dict | None = None, input_shape=None) -> Report:
+                 patch: dict | None = None) -> Report:
     """Render the report into ``out_dir``. ``orders`` maps a label to ``(order, inplace)`` or
     ``(order, inplace, its graph)`` when it is an order of another graph than ``graph`` (e.g.
     the model before identity rewriting); the baseline first, ours (of ``graph``) last;
     ``offsets``/``arena_bytes``/``planner`` are the arena plan of ours, of ``graph`` in our order
     or, when the arena was planned on another graph (e.g. ArenaPlan's, after TVM's lowering),
     of ``arena_graph`` in its node order. ``patch``: ``plan.json``'s applied patch plan, drawn
-    over the input of ``input_shape``."""
+    segment by segment."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     ours, inplace = list(orders.values())[-1][:2]
@@ -221,7 +239,7 @@ def write_report(out_dir: str | os.PathLike, graph: Graph,
         _plot_savings(images["rip"], savings)
     if patch:
         images["patches"] = out / "patches.png"
-        _plot_patches(images["patches"], patch, input_shape)
+        _plot_patches(images["patches"], patch)
     rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
                    for k, v in summary)
     figures = "".join(
@@ -294,16 +312,15 @@ def write_compiled_report(out_dir: str | os.PathLike) -> Report:
     patch = plan.get("patch") or {}
     if patch.get("applied"):
         orders["tvm-serenity without patches"] = (patch["unpatched_order"], rip, source)
-        summary.append(("patches", f"{patch['grid'][0]}x{patch['grid'][1]} over "
-                                   f"{len(patch['layers'])} layers, peak "
+        kinds = ", ".join(f"{seg['label']} ({seg['kind']})" for seg in patch["segments"])
+        summary.append(("patches", f"{kinds} over {len(patch['layers'])} layers, peak "
                                    f"{patch['peak_unpatched_bytes']:,} B unpatched, "
                                    f"{patch['peak_bytes']:,} B input resident, "
                                    f"{patch['peak_streamed_bytes']:,} B input streamed"))
     orders["tvm-serenity"] = (plan["order"], rip or bool(patch.get("applied")))
-    first_input = plan["inputs"][0]["shape"] if plan["inputs"] else None
     return write_report(_fresh_report_dir(out), graph, orders, plan["offsets"],
                         plan["arena_bytes"], plan["planner"], summary, budget_bytes=budget,
-                        patch=patch if patch.get("applied") else None, input_shape=first_input)
+                        patch=patch if patch.get("applied") else None)
 
 
 def write_relax_report(out_dir: str | os.PathLike) -> Report:

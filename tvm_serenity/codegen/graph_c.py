@@ -92,10 +92,13 @@ Patch plans (:mod:`tvm_serenity.rewrite.patch`, ``compile --patch``). A patch no
 layer's kernel for the patch's region: a window layer's :mod:`.kernels` kernel built for the
 region's shape and border padding, with row pitches (:attr:`.spec.LayerSpec.input_row_pitch`)
 where it reads a window of a wider buffer (the whole input, or a reader's part of a
-producer's patch) or writes its rows into the prefix's full output, in the RiP layout where
-the plan runs a patch in place over the patch it reads; an elementwise layer (a residual ADD
-too) row by row in that case, otherwise in one call. The patches of a layer
-share its constant tables. The ``patch_output`` allocation is no code. A streamed input
+producer's patch or line buffer) or writes its rows into the segment's full output, in the
+RiP layout where the plan runs a patch in place over the patch it reads; an elementwise
+layer (a residual ADD too) row by row in that case, otherwise in one call. A cached strip's
+node first moves the rows its layer keeps (``attrs["patch"]["keep"]``) from its buffer of
+the strip before to the start of its own (a ``memmove``; none when they are already there),
+then writes its new rows after them. The patches of a layer share its constant tables. The
+``patch_output`` allocation is no code. A streamed input
 (``stream_input``) is no arena tensor: each patch's ``input_region`` node is filled through
 ``model_read_input(i, offset, dst, bytes)``, a function ``model.h`` declares
 (``MODEL_STREAMS_INPUT``) and the application defines, one call per row of the region (one
@@ -578,8 +581,8 @@ class _Emitter:
                           if i >= 0 and self.core.tensors[i].data is None), None)
             in_node = self.tensor_node.get(first) if first is not None else None
         saved = 0
-        if pair is not None and not node.attrs.get("patch", {}).get("exit"):
-            # (writing a patch into the full output saves nothing)
+        if pair is not None and not ("patch" in node.attrs and node.inplace == "alias"):
+            # (writing a patch into the full output or a cached buffer saves nothing)
             saved = self.graph[pair.input].bytes + node.bytes - pair.workspace_bytes
         self.steps.append(Step(k, name, label, kernel, layout, out_off,
                                None if in_node is None else self.location[in_node],
@@ -811,15 +814,21 @@ class _Emitter:
         cols = patch["cols"][1] - patch["cols"][0]
         channels = int(node.shape[3])
         prefix = ""
-        if node.inplace == "alias" and not in_place:     # the earlier patches lie elsewhere
+        keep = patch.get("keep")
+        if keep is not None:          # a cached buffer: the rows kept move to its start
+            src = self.location[node.inputs[0]] + keep[0] * out_item
+            if src != self.plan.offsets[node.name]:
+                prefix = (f"memmove({self.output(node)}, ARENA({src}), {keep[1] * out_item});"
+                          "\n    ")
+        elif node.inplace == "alias" and not in_place:   # the earlier patches lie elsewhere
             prefix = (f"memcpy({self.output(node)}, {self.at(node.inputs[0])}, "
                       f"{node.bytes});\n    ")
         base = _c_name(patch["of"])
         layout = "alias" if in_place else "dual"
         activations = [i for i, t in enumerate(op.inputs)
                        if t >= 0 and self.core.tensors[t].data is None]
-        if op.op in WINDOW_OPS:       # in place: RiP on its own patch, or the output's alias
-            rip = in_place and not patch["exit"]
+        if op.op in WINDOW_OPS:       # in place: RiP on its own patch, or an alias (the
+            rip = in_place and node.inplace != "alias"    # full output, a cached buffer)
             region = dataclasses.replace(node, shape=(1, rows, cols, channels),
                                          bytes=rows * cols * channels * out_item)
             call = kernel_call(self.core, op, region, in_place=rip, name=base)

@@ -1,10 +1,21 @@
 """Patch-based execution of a network's first layers (MCUNetV2-style, issue #16): the plan.
 
-The first layers of a CNN hold its largest activations. Computing the output of a *prefix* of
-window layers patch by patch (each patch from its own input region, halo included) means only
-one patch's intermediate tensors exist at a time; the prefix's full output is assembled in
-place. This module finds such a plan, prices it with the one memory model and checks it is
-exact with the numpy reference interpreter; :mod:`tvm_serenity.codegen.graph_c` emits the
+The first layers of a CNN hold its largest activations. Computing a *segment* of window
+layers part by part means only one part's intermediate tensors (or a few rows of each layer)
+exist at a time; the segment's full output is assembled in place. Two kinds of segment:
+
+* **recomputed halos** (MCUNetV2): the segment's output in an ``n x m`` grid of patches, each
+  computed from its own input region through all the segment's layers; overlapping halos are
+  recomputed, so a patch's intermediates are small but MACs are spent again;
+* **cached rows** (line buffers): the output in ``R`` full-width row strips, top to bottom;
+  every layer computes each of its rows once and keeps, in a buffer of a few rows, the rows
+  its readers still need for the next strip: no extra MACs, only memmoves and more kernel
+  calls. A buffer holds about ``k + (new rows - 1) * stride`` rows of its layer, however
+  deep the segment is, but all the segment's buffers coexist: segments are short (a stage's
+  first layers, an inverted-residual block), one after the other.
+
+This module finds a chain of such segments, prices it with the one memory model and checks it
+is exact with the numpy reference interpreter; :mod:`tvm_serenity.codegen.graph_c` emits the
 patched graph as C (``compile --patch``).
 
 Receptive fields
@@ -16,63 +27,91 @@ a one-input elementwise operator (QUANTIZE, RELU, RELU6, HARD_SWISH, LOGISTIC, a
 with a constant: a 1x1 window, no padding) and the ADD of two same-shaped layers that closes a
 residual block. Along one axis, output rows ``[a, b)`` of a layer read the padded input rows
 ``[a*s - p, (b-1)*s - p + (k-1)*d + 1)``: that range clipped to the input tensor is the
-patch's input region, and whatever lies outside the tensor is the padding this patch sees
-(only at true tensor borders: never more than the full layer's own padding). Running the layer
-on the region with that padding gives exactly rows ``[a, b)`` of the full output (the taps are
-the same values, in the same order). The prefix output is split into an ``n x m`` grid (row
-and column sizes differing by at most one) and the regions are propagated backwards, last
-layer first: a layer's output region is the bounding box of the input regions its readers in
-the prefix need (a residual block's input: the block's first layer's, with the halo of the
-depthwise after it, and the ADD's, a part of it). The halo recomputation costs
-``sum over patches and layers of region MACs - unpatched prefix MACs``, reported as a fraction
-of the whole network's MACs (conv, depthwise, fully connected; pools count their taps).
+region's input, and whatever lies outside the tensor is the padding this region sees (only at
+true tensor borders: never more than the full layer's own padding). Running the layer on the
+region with that padding gives exactly rows ``[a, b)`` of the full output (the taps are the
+same values, in the same order).
+
+*Recomputed halos* (:func:`patch_regions`): the segment's output is split into an ``n x m``
+grid (row and column sizes differing by at most one) and the regions are propagated
+backwards, last layer first: a layer's output region is the bounding box of the input regions
+its readers in the segment need (a residual block's input: the block's first layer's, with
+the halo of the depthwise after it, and the ADD's, a part of it). The halo recomputation costs
+``sum over patches and layers of region MACs - unpatched segment MACs``, reported as a
+fraction of the whole network's MACs (conv, depthwise, fully connected; pools count their
+taps).
+
+*Cached rows* (:func:`strip_regions`): with ``b_L(s)`` the rows of layer ``L`` computed by
+the end of strip ``s`` (the last layer's: the strip's end; any other layer's: the most its
+readers' rows ``[0, b_C(s))`` read), ``L`` computes the new rows ``[b_L(s-1), b_L(s))`` at
+strip ``s`` (full width, from the input rows they read) and its buffer then holds ``[a_L(s),
+b_L(s))``, ``a_L(s)`` the first row a reader still reads from strip ``s`` on (a residual
+block's input spans the expand conv's rows and, lagging by the depthwise halo, the ADD's).
+The last layer writes its new rows into the full output.
 
 The patched graph
 -----------------
-In the graph IR, judged by :mod:`tvm_serenity.memory` like any other graph: for patch ``p``
-(row-major) and every prefix layer but the last, one plain node of the patch region's bytes
-reading patch ``p``'s nodes of the layers it reads (or the graph input); the prefix output is a
-chain ``Y0 -> Y1 -> ... -> YP``: ``Y0`` an allocation (no inputs, the full output's bytes) and
-patch ``p``'s last-layer node an ``"alias"`` over ``Y(p-1)`` that also reads patch ``p``'s
-layers before it, so the full output is live from the first patch on and each patch writes its
-part into it (``mem_during = live_before``). The rest of the network is unchanged and reads
-``YP``. Each patch node keeps its layer's attributes with the region's input shape and padding
-(what its kernel is built from) and says in ``attrs["patch"]`` where it reads and writes: a
-region of a wider buffer (the whole input, or a reader's part of a producer's patch) by its
-offset and row pitch. A window layer's patch that reads the whole of a patch tensor of its own
-gets the in-place workspace RiP computes for the region's geometry (``inplace``, as the full
-layer has one), so the in-place rules apply inside a patch as everywhere else. With
-``stream_input=True`` the graph input is no ``input`` node: each patch gets an input-region
-node (no inputs, the region's bytes), i.e. the input arrives patch by patch (a camera, a
-streamed file) instead of being resident from the start.
+In the graph IR, judged by :mod:`tvm_serenity.memory` like any other graph. The segment's
+output is a chain ``Y0 -> Y1 -> ... -> YP``: ``Y0`` an allocation (no inputs, the full
+output's bytes) and patch (strip) ``p``'s last-layer node an ``"alias"`` over ``Y(p-1)``
+that also reads patch ``p``'s layers before it, so the full output is live from the first
+patch on and each patch writes its part into it (``mem_during = live_before``). The rest of
+the network is unchanged and reads ``YP``. Every other layer has, per patch, one node of its
+region's bytes reading the nodes of the layers it reads (or the segment's input); for cached
+rows, one node per strip where it computes new rows, of its buffer's bytes, and, where it
+keeps rows, an ``"alias"`` over its node of the strip before (which moves the kept rows to
+its start: one allocation live from the layer's first strip to its readers' last one when
+the scheduler runs them in sequence, a fresh one otherwise; the move is right either way).
+Each patch node keeps its layer's attributes with the region's input shape and padding (what
+its kernel is built from) and says in ``attrs["patch"]`` where it reads and writes: a region
+of a wider buffer (the whole input, a producer's patch or buffer, the full output) by its
+offset and row pitch, and the rows it keeps. A window layer's node that reads the whole of a
+patch tensor of its own gets the in-place workspace RiP computes for the region's geometry
+(``inplace``, as the full layer has one), so the in-place rules apply inside a patch as
+everywhere else. With ``stream_input=True`` the segment reading the graph input takes it as
+input-region nodes (no inputs, the region's bytes, one per patch or strip), i.e. the input
+arrives part by part (a camera, a streamed file) instead of being resident from the start; a
+strip's region is all the rows its new rows read, the kept ones read again (the same bytes
+as caching them, and no move).
 
 The search
 ----------
 :func:`prefix_chain` lists the layers a plan may cover in topological order from the input;
-:func:`cuts` the prefix lengths that end where exactly one tensor leaves the prefix (inside a
-residual block two do: its input and the branch). For every cut and every grid ``n x m`` with
-``1 <= n, m <= 8`` (not 1x1, at most one patch per output row/column) within
-``max_overhead``, the patched graph is ordered by the project's exact scheduler (``serenity``
-by default) and the lowest whole-network peak is kept. The prefix grows until a plan below the
-unpatched peak is known and no step after the prefix in the unpatched order (the same
-scheduler on the unpatched graph) reaches that plan's peak: from there on the peak is no
-longer in what is left unpatched, and a longer prefix only adds halo. One deadline bounds the
-search (each schedule gets a share of what is left). :func:`plan_patches` returns a
-:class:`PatchPlan`, or None when no plan has a lower peak than the unpatched network under the
-same scheduler; :func:`plan_for` prices one given prefix and grid.
+:func:`cuts` the positions after which exactly one tensor leaves (inside a residual block two
+do: its input and the branch). A segment spans two such positions. :func:`plan_patches`
+prices segments *alone*: the segment applied to the unpatched graph, ordered as the
+unpatched schedule (the project's scheduler, ``serenity`` by default) with the segment's
+layers replaced by its nodes in sequence, and its peak is the most bytes one of its own steps
+needs. On a chain of single-tensor cuts the peak of a plan is then the largest of its
+segments' peaks and of the unpatched steps left: a dynamic program over the positions (each
+stretch between two is one segment or left unpatched) finds the chain with the lowest peak,
+then the fewest extra MACs within ``max_overhead`` (cached rows cost none), then the fewest
+nodes. It prices, within one deadline: every segment in cached strips of one row (the least
+memory of that kind); then the grids ``n x m`` up to 8x8 of recomputed patches, for the
+segments that can still lower the best chain's peak (the stretch needs that peak unpatched,
+its input and output leave room below it, and it ends by the first position from which no
+layer needs it); then taller strips (2-4 rows: fewer kernel calls) for the best chain's
+cached segments. The chosen chain is ordered as a whole by the scheduler (or in sequence,
+where that is lower): :func:`plan_patches` returns a :class:`PatchPlan`, or None when no plan
+has a lower peak than the unpatched network under the same scheduler; :func:`plan_for`
+prices given segments (``"8x8"``, ``"22x1c"``, ``"none"`` for layers left as they are:
+:func:`parse_grid`; :attr:`PatchPlan.layout` is what forces a plan found by the search).
 
 Exactness
 ---------
-:func:`run_patched` runs the prefix patch by patch with the reference interpreter's integer
-kernels on the regions (each input sliced out of what its producer's patch holds, padded only
-where the full layer pads), writes each patch into the full output, and runs the rest of the
-model with the interpreter. Tests compare it byte for byte with
-:func:`tvm_serenity.frontend.reference.run`.
+:func:`run_patched` runs each segment patch by patch or strip by strip with the reference
+interpreter's integer kernels on the regions (each input sliced out of what its producer's
+patch or buffer holds, padded only where the full layer pads), writes each part into the
+full output, and runs the rest of the model with the interpreter. Tests compare it byte for
+byte with :func:`tvm_serenity.frontend.reference.run`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
+import re
 import time
 from dataclasses import dataclass
 
@@ -82,14 +121,15 @@ from ..errors import SerenityError
 from ..graph import Graph, Node
 from ..memory import simulate
 from ..rip import inplace_workspace_bytes
-from ..schedule import Deadline, ScheduleResult, schedule
+from ..schedule import Deadline, ScheduleResult, make_result, schedule
 from ..frontend import reference
 from ..frontend.tflite_model import TFLiteModel
 
 __all__ = ["PatchError", "Window", "LayerRegion", "Segment", "PatchPlan", "window_of",
            "prefix_chain", "cuts", "split_extent", "input_range", "patch_regions",
-           "source_region", "prefix_macs", "network_macs", "patched_graph", "why_no_plan",
-           "without_inplace", "plan_patches", "plan_for", "run_patched", "GRID_MAX"]
+           "strip_regions", "parse_grid", "source_region", "prefix_macs", "network_macs",
+           "patched_graph", "why_no_plan", "without_inplace", "plan_patches", "plan_for",
+           "run_patched", "GRID_MAX", "STRIP_HEIGHTS", "UNPATCHED"]
 
 GRID_MAX = 8
 _CONVS = ("conv2d", "depthwise_conv2d")
@@ -138,6 +178,9 @@ class LayerRegion:
     in_rows: Span
     in_cols: Span
     padding: tuple[int, int, int, int]
+    # a cached strip: the rows the layer's buffer holds once the strip's new rows
+    # ``out_rows`` are written (None: a recomputed patch holds just ``out_rows``)
+    buffer_rows: Span | None = None
 
     @property
     def out_pixels(self) -> int:
@@ -151,17 +194,25 @@ class LayerRegion:
 @dataclass(frozen=True)
 class Segment:
     """One run of patches: the layers ``windows`` read from node ``input`` (the graph input,
-    or the full output an earlier segment wrote), computed in a ``grid`` of patches."""
+    or the full output an earlier segment wrote), computed in a ``grid`` of patches, or
+    (``cached``) in ``grid[0]`` full-width row strips whose layers keep the rows their
+    readers still need (no recomputation)."""
 
     input: str
     windows: tuple[Window, ...]
-    grid: tuple[int, int]                 # patch rows x patch columns
+    grid: tuple[int, int]                 # patch rows x patch columns (cached: strips x 1)
     regions: tuple[tuple[LayerRegion, ...], ...]   # per patch (row-major), per layer
     extra_macs: int
+    cached: bool = False
 
     @property
     def layers(self) -> tuple[str, ...]:
         return tuple(w.name for w in self.windows)
+
+    @property
+    def label(self) -> str:
+        """The grid as the CLI spells it: ``RxC`` (recomputed halos), ``Rx1c`` (cached)."""
+        return f"{self.grid[0]}x{self.grid[1]}{'c' if self.cached else ''}"
 
     @property
     def exit(self) -> str:
@@ -170,7 +221,7 @@ class Segment:
 
     def apply(self, graph: Graph, stream_input: bool = False) -> Graph:
         return patched_graph(graph, self.input, list(self.windows), list(self.regions),
-                             stream_input)
+                             stream_input, self.cached)
 
 
 @dataclass(frozen=True)
@@ -188,6 +239,9 @@ class PatchPlan:
     prefix_overhead: float                # of the patched layers' MACs
     order: tuple[str, ...]                # the schedule of the objective's patched graph
     seconds: float
+    # (layers, grid) of each stretch from the input: a segment's label or UNPATCHED; what
+    # plan_for (the CLI's --patch-layers / --patch-grid) takes to force this plan
+    layout: tuple[tuple[int, str], ...]
     schedule: ScheduleResult = dataclasses.field(compare=False, repr=False, default=None)
 
     @property
@@ -216,10 +270,8 @@ class PatchPlan:
 
     def graph(self, graph: Graph, stream_input: bool | None = None) -> Graph:
         """The patched ``graph`` this plan was made for (the objective's, by default)."""
-        streamed = self.stream_input if stream_input is None else stream_input
-        for k, seg in enumerate(self.segments):
-            graph = seg.apply(graph, streamed and k == 0)
-        return graph
+        return _apply(graph, self.segments,
+                      self.stream_input if stream_input is None else stream_input)
 
     @property
     def peak_bytes(self) -> int:
@@ -330,11 +382,13 @@ def split_extent(extent: int, parts: int) -> list[Span]:
 def input_range(out: Span, in_extent: int, kernel: int, stride: int, dilation: int,
                 pad_before: int) -> tuple[Span, int, int]:
     """Input rows (clipped to the tensor) that output rows ``out`` read, and the padding
-    before and after them that this region sees."""
+    before and after them that this region sees (rows entirely in an explicit PAD's padding
+    read no input row: an empty span at the border)."""
     lo = out[0] * stride - pad_before
     hi = (out[1] - 1) * stride - pad_before + (kernel - 1) * dilation + 1
-    start, stop = max(lo, 0), min(hi, in_extent)
-    return (start, stop), start - lo, hi - stop
+    start = min(max(lo, 0), in_extent)
+    stop = max(min(hi, in_extent), start)
+    return (start, stop), max(0, min(hi, 0) - lo), max(0, hi - max(lo, in_extent))
 
 
 def _union(a: tuple[Span, Span] | None, b: tuple[Span, Span]) -> tuple[Span, Span]:
@@ -370,12 +424,61 @@ def patch_regions(windows: list[Window], grid: tuple[int, int]
     return out
 
 
+def strip_regions(windows: list[Window], strips: int) -> list[tuple[LayerRegion, ...]]:
+    """Per strip of a cached segment (``strips`` full-width row strips of the last layer's
+    output, top to bottom), per layer: its region. A layer computes each of its rows once,
+    at the first strip whose rows need it (``out_rows``, empty when it computes nothing new),
+    from the input rows those new rows read; its buffer then holds ``buffer_rows``, from the
+    first row a reader still needs (now or at a later strip) to its last computed row."""
+    last = windows[-1]
+    none = last.in_hw[0] + max(w.in_hw[0] for w in windows)        # above every row index
+    ends = {last.name: [b for _, b in split_extent(last.out_hw[0], strips)]}
+    firsts: dict[str, list[int]] = {}   # per layer and strip: first row its readers read
+    reads: dict[str, list] = {}
+    for w in reversed(windows):
+        end = list(itertools.accumulate(ends[w.name], max))
+        ends[w.name] = end
+        spans = list(zip([0] + end[:-1], end))
+        reads[w.name] = [input_range(span, w.in_hw[0], w.kernel[0], w.stride[0], w.dilation[0],
+                                     w.padding[0]) if span[0] < span[1] else None
+                         for span in spans]
+        for src in w.inputs:
+            src_end = ends.setdefault(src, [0] * strips)
+            src_first = firsts.setdefault(src, [none] * strips)
+            for s, read in enumerate(reads[w.name]):
+                if read is not None:
+                    src_end[s] = max(src_end[s], read[0][1])
+                    src_first[s] = min(src_first[s], read[0][0])
+    out: list[list[LayerRegion]] = [[] for _ in range(strips)]
+    for w in windows:
+        in_cols, left, right = input_range((0, w.out_hw[1]), w.in_hw[1], w.kernel[1],
+                                           w.stride[1], w.dilation[1], w.padding[2])
+        # from each strip on, the first row a reader still reads (suffix minimum)
+        needed = list(itertools.accumulate(reversed(firsts.get(w.name, [none] * strips)),
+                                           min))[::-1]
+        held = None
+        for s, read in enumerate(reads[w.name]):
+            new = (ends[w.name][s - 1] if s else 0, ends[w.name][s])
+            if read is None:
+                region = LayerRegion(w.name, new, (0, w.out_hw[1]), (0, 0), in_cols,
+                                     (0, 0, 0, 0), held)
+            else:
+                (in_rows, top, bottom) = read
+                if w is not last:
+                    held = (min(new[0], needed[s]), new[1])
+                region = LayerRegion(w.name, new, (0, w.out_hw[1]), in_rows, in_cols,
+                                     (top, bottom, left, right), held)
+            out[s].append(region)
+    return [tuple(regions) for regions in out]
+
+
 def source_region(windows: list[Window], patch: tuple[LayerRegion, ...], source: str
-                  ) -> tuple[Span, Span]:
-    """Rows and columns of ``source`` (a layer, or the graph input) that one patch reads."""
+                  ) -> tuple[Span, Span] | None:
+    """Rows and columns of ``source`` (a layer, or the graph input) that one patch reads
+    (None when it reads none: a cached strip whose readers of it compute nothing new)."""
     box = None
     for w, r in zip(windows, patch):
-        if source in w.inputs:
+        if source in w.inputs and r.out_rows[0] < r.out_rows[1]:
             box = _union(box, (r.in_rows, r.in_cols))
     return box
 
@@ -411,14 +514,18 @@ def _window_of_buffer(region: tuple[Span, Span], buffer: tuple[Span, Span], chan
     return offset, None if cols == buffer_cols else width * channels
 
 
-def _region_attrs(orig: Node, w: Window, r: LayerRegion, p: int, sources, target) -> dict:
+def _region_attrs(orig: Node, w: Window, r: LayerRegion, p: int, sources, target,
+                  is_exit: bool = False, keep: tuple[int, int] | None = None) -> dict:
     """Patch node attributes: the layer's own with its input shape and padding those of the
     region (what a kernel for the region is built from), and ``"patch"``: which layer and
     patch, and where it reads and writes. ``sources``: per input of ``w``, the rows and
-    columns the buffer it reads holds (the graph input, its streamed region, or the patch of
-    the layer before); ``target``: the full prefix output for the last layer (None: a patch
-    tensor of its own). A region of a wider buffer starts ``*_offset`` elements into it and
-    its rows are ``*_row_pitch`` elements apart (None: contiguous)."""
+    columns the buffer it reads holds (the graph input, its streamed region, the patch or
+    cached buffer of the layer before); ``target``: the rows and columns of the tensor the
+    output rows are written into (the full prefix output when ``is_exit``, a cached buffer;
+    None: a patch tensor of its own). A region of a wider buffer starts ``*_offset``
+    elements into it and its rows are ``*_row_pitch`` elements apart (None: contiguous).
+    ``keep``: a cached buffer's rows kept from the layer's buffer before it, as (offset,
+    elements) in that buffer; they move to the start of this one."""
     in_shape = [1, r.in_rows[1] - r.in_rows[0], r.in_cols[1] - r.in_cols[0], w.in_channels]
     attrs = dict(orig.attrs)
     if w.op in _CONVS + _POOLS:
@@ -434,13 +541,18 @@ def _region_attrs(orig: Node, w: Window, r: LayerRegion, p: int, sources, target
     if target is not None:
         out_offset, out_pitch = _window_of_buffer((r.out_rows, r.out_cols), target,
                                                   int(orig.shape[3]))
-    attrs["patch"] = {"of": w.name, "index": p, "exit": target is not None,
+    attrs["patch"] = {"of": w.name, "index": p, "exit": is_exit,
                       "rows": list(r.out_rows), "cols": list(r.out_cols),
                       "in_rows": list(r.in_rows), "in_cols": list(r.in_cols),
                       "in_offsets": [o for o, _ in reads],
                       "in_row_pitches": [pitch for _, pitch in reads],
-                      "out_offset": out_offset, "out_row_pitch": out_pitch}
+                      "out_offset": out_offset, "out_row_pitch": out_pitch,
+                      "keep": None if keep is None else list(keep)}
     return attrs
+
+
+#: RiP's workspace of a geometry (pure; a search asks for the same regions many times)
+_workspace = functools.lru_cache(maxsize=4096)(inplace_workspace_bytes)
 
 
 def _region_inplace(orig: Node, w: Window, r: LayerRegion) -> int | None:
@@ -452,17 +564,18 @@ def _region_inplace(orig: Node, w: Window, r: LayerRegion) -> int | None:
     a = orig.attrs
     hwc = (r.in_rows[1] - r.in_rows[0], r.in_cols[1] - r.in_cols[0], w.in_channels)
     groups = a.get("groups", w.in_channels if w.op != "conv2d" else 1)
-    return inplace_workspace_bytes(w.op, hwc, int(orig.shape[3]), w.kernel, w.stride,
-                                   w.dilation, r.padding, groups,
-                                   np.dtype(orig.dtype or "int8").itemsize)
+    return _workspace(w.op, hwc, int(orig.shape[3]), w.kernel, w.stride, w.dilation,
+                      r.padding, groups, np.dtype(orig.dtype or "int8").itemsize)
 
 
 def patched_graph(graph: Graph, input_name: str, windows: list[Window],
-                  regions: list[tuple[LayerRegion, ...]], stream_input: bool = False) -> Graph:
-    """The graph with the prefix ``windows`` computed patch by patch (module docstring).
-    Every patch node keeps its layer's ``tflite_index`` and attributes, with the region's
-    input shape and padding, and says in ``attrs["patch"]`` which layer and patch it is and
-    where it reads and writes (:func:`_region_attrs`)."""
+                  regions: list[tuple[LayerRegion, ...]], stream_input: bool = False,
+                  cached: bool = False) -> Graph:
+    """The graph with the prefix ``windows`` computed patch by patch, or strip by strip with
+    cached rows (``cached``, ``regions`` of :func:`strip_regions`; module docstring). Every
+    patch node keeps its layer's ``tflite_index`` and attributes, with the region's input
+    shape and padding, and says in ``attrs["patch"]`` which layer and patch it is and where
+    it reads and writes (:func:`_region_attrs`)."""
     last = windows[-1]
     input_node = graph[input_name]
     prefix = {w.name for w in windows}
@@ -481,12 +594,15 @@ def patched_graph(graph: Graph, input_name: str, windows: list[Window],
                          if n not in prefix and not (stream_input and n == input_name)]
     nodes.append(alloc)
     y = alloc.name
+    held = {}                 # layer -> (node, rows x cols it holds); kept across strips
     for p, patch in enumerate(regions):
         tag = f"patch{p}"
-        held = {input_name: (input_name, whole_input)}    # layer -> (node, rows x cols held)
-        if stream_input:
-            rows, cols = source_region(windows, patch, input_name)
-            held[input_name] = (f"{input_name}.{tag}", (rows, cols))
+        if not cached or not held:
+            held = {input_name: (input_name, whole_input)}
+        box = source_region(windows, patch, input_name) if stream_input else None
+        if box is not None:   # the input rows this patch reads, read again where they overlap
+            (rows, cols) = box
+            held[input_name] = (f"{input_name}.{tag}", box)
             nodes.append(Node(held[input_name][0], "input_region", (),
                               (rows[1] - rows[0]) * (cols[1] - cols[0]) * in_pixel,
                               (1, rows[1] - rows[0], cols[1] - cols[0], input_node.shape[3]),
@@ -495,24 +611,38 @@ def patched_graph(graph: Graph, input_name: str, windows: list[Window],
                                "cols": list(cols),
                                "tensor_index": input_node.attrs.get("tensor_index")}))
         for w, r in zip(windows, patch):
+            if r.out_rows[0] == r.out_rows[1]:
+                continue        # a cached strip that needs no new row of this layer
             orig = graph[w.name]
             srcs = tuple(held[i][0] for i in w.inputs)
-            attrs = _region_attrs(orig, w, r, p, [held[i][1] for i in w.inputs],
-                                  full_output if w is last else None)
+            sources = [held[i][1] for i in w.inputs]
             name = f"{w.name}.{tag}"
             if w is last:
+                attrs = _region_attrs(orig, w, r, p, sources, full_output, is_exit=True)
                 nodes.append(Node(name, orig.op, (y, *srcs), orig.bytes, orig.shape,
                                   orig.dtype, attrs, "alias"))
                 y = name
+                continue
+            rows = r.buffer_rows or r.out_rows
+            buffer = (rows, r.out_cols)
+            shape = (1, rows[1] - rows[0], r.out_cols[1] - r.out_cols[0], orig.shape[3])
+            nbytes = shape[1] * shape[2] * w.out_pixel_bytes
+            before_rows = held[w.name][1][0] if w.name in held else (0, 0)
+            keep = None
+            if rows[0] < before_rows[1]:            # rows kept from the strip before
+                width = shape[2] * shape[3]
+                keep = ((rows[0] - before_rows[0]) * width, (before_rows[1] - rows[0]) * width)
+            attrs = _region_attrs(orig, w, r, p, sources,
+                                  buffer if r.buffer_rows is not None else None, keep=keep)
+            if keep is not None:      # the buffer before, its kept rows moved to the start
+                nodes.append(Node(name, orig.op, (held[w.name][0], *srcs), nbytes, shape,
+                                  orig.dtype, attrs, "alias"))
             else:
-                shape = (1, r.out_rows[1] - r.out_rows[0], r.out_cols[1] - r.out_cols[0],
-                         orig.shape[3])
                 own = len(srcs) == 1 and srcs[0] != input_name \
-                    and held[w.inputs[0]][1] == (r.in_rows, r.in_cols)
-                nodes.append(Node(name, orig.op, srcs, r.out_pixels * w.out_pixel_bytes,
-                                  shape, orig.dtype, attrs,
+                    and sources[0] == (r.in_rows, r.in_cols)
+                nodes.append(Node(name, orig.op, srcs, nbytes, shape, orig.dtype, attrs,
                                   _region_inplace(orig, w, r) if own else None))
-            held[w.name] = (name, (r.out_rows, r.out_cols))
+            held[w.name] = (name, buffer)
     rename = {last.name: y}
     for name in names[len(before):]:
         node = graph[name]
@@ -542,109 +672,252 @@ def without_inplace(graph: Graph) -> Graph:
                  graph.outputs, graph.name)
 
 
+#: The grid of a forced plan's stretch of layers left unpatched
+UNPATCHED = "none"
+#: Rows per cached strip at a segment's output that the search tries (1 needs the least
+#: memory, more rows fewer kernel calls and memmoves).
+STRIP_HEIGHTS = (1, 2, 3, 4)
+
+
 def _grids(window: Window, grid_max: int) -> list[tuple[int, int]]:
-    """The grids tried for a prefix ending in ``window``, fewest patches first."""
+    """The grids of patches tried for a segment ending in ``window``, fewest first."""
     grids = [(n, m) for n in range(1, min(grid_max, window.out_hw[0]) + 1)
              for m in range(1, min(grid_max, window.out_hw[1]) + 1) if n * m > 1]
     return sorted(grids, key=lambda g: (g[0] * g[1], abs(g[0] - g[1])))
 
 
-def _score(steps) -> tuple[int, int]:
-    """What the search minimises: the peak, then how many steps reach it (a plateau of equal
-    peaks is lowered one segment at a time)."""
-    peak = max(steps)
-    return peak, sum(1 for b in steps if b == peak)
+def _apply(graph: Graph, segments, streamed: bool) -> Graph:
+    """``graph`` with ``segments`` applied in turn; ``streamed``: the one reading the graph
+    input takes it region by region."""
+    for seg in segments:
+        graph = seg.apply(graph, streamed and seg.input in graph.input_names)
+    return graph
 
 
-def _best_segment(graph: Graph, start: str | None, streamed: bool, budget: float,
-                  method: str, grid_max: int, deadline: Deadline, ops, order: list[str],
-                  steps: list[int]):
-    """The segment from ``start`` (None: the graph input) whose patched graph scores best,
-    with its schedule and patched graph; None when no grid fits the MAC ``budget``.
-    ``order`` and its ``steps`` (bytes live at each step): the graph's current schedule."""
-    input_name, chain = prefix_chain(graph, ops, start)
-    if not chain:
-        return None
-    lengths = cuts(graph, input_name, chain)
-    best = None             # (score, segment, schedule, patched graph)
-    for n_cut, k in enumerate(lengths):
-        windows = chain[:k]
-        grids = _grids(windows[-1], grid_max)
-        unpatched_macs = prefix_macs(windows)
-        best_k = None
-        for n_grid, grid in enumerate(grids):
-            if deadline.expired():
-                break
-            regions = patch_regions(windows, grid)
-            extra = prefix_macs(windows, regions) - unpatched_macs
-            if extra > budget:
-                continue
-            segment = Segment(input_name, tuple(windows), tuple(grid), tuple(regions), extra)
-            g = segment.apply(graph, streamed)
-            share = 1.0 / max(1, (len(lengths) - n_cut) * (len(grids) - n_grid))
-            res = schedule(g, method, time_limit=deadline.share(share))
-            score = _score(simulate(g, res.order).step_bytes)
-            if best_k is None or score < best_k[0]:
-                best_k = (score, segment, res, g)
-        if best_k is not None and (best is None or best_k[0] < best[0]):
-            best = best_k
-        if best_k is None or deadline.expired():
-            break
-        # from here on the peak is no longer in what is left unpatched: a longer prefix
-        # only adds halo
-        position = order.index(windows[-1].name)
-        if best[0][0] < max(steps) and max(steps[position + 1:], default=0) < best[0][0]:
-            break
-    return best
+def _spliced(order, patched: Graph, segments) -> list[str]:
+    """``order`` (of the graph before patching) with each segment's layers replaced by its
+    nodes in ``patched``, in their stored order (patch by patch, strip by strip), where the
+    first of its layers ran."""
+    owner = {w.name: k for k, seg in enumerate(segments) for w in seg.windows}
+    groups: dict[int, list[str]] = {}
+    for name in patched.op_names:
+        node = patched[name]
+        patch = node.attrs.get("patch")
+        if node.op == "input_region":
+            groups.setdefault(0, []).append(name)
+        elif node.op == "patch_output":
+            groups.setdefault(owner[node.attrs["patch_output"]], []).append(name)
+        elif isinstance(patch, dict):
+            groups.setdefault(owner[patch["of"]], []).append(name)
+    out = []
+    for name in order:
+        k = owner.get(name)
+        if k is None:
+            out.append(name)
+        elif k in groups:
+            out.extend(groups.pop(k))
+    return out
+
+
+def _ordered(graph: Graph, segments, streamed: bool, method: str, deadline: Deadline,
+             order: list[str] | None) -> ScheduleResult:
+    """The patched graph ordered by ``method``, or by ``order`` (of the unpatched graph,
+    :func:`_spliced`) where that has the lower peak."""
+    g = _apply(graph, segments, streamed)
+    res = schedule(g, method, time_limit=deadline)
+    if order is not None:
+        spliced = _spliced(order, g, segments)
+        if simulate(g, spliced).peak_bytes < res.peak_bytes:
+            res = make_result(g, spliced, f"{method}, patches in sequence", res.seconds,
+                              lower_bound=res.lower_bound_bytes)
+    return res
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """A segment over chain positions ``[start, stop)`` priced alone: the peak over its own
+    steps in the unpatched order (patches in sequence where its layers ran), its extra MACs
+    and how many nodes it adds."""
+
+    start: int
+    stop: int
+    grid: tuple[int, int]
+    cached: bool
+    peak: int
+    extra_macs: int
+    nodes: int
+
+
+class _Search:
+    """The candidates of :func:`plan_patches` and the chain of segments they allow."""
+
+    def __init__(self, graph: Graph, base: ScheduleResult, input_name: str,
+                 chain: list[Window], streamed: bool, budget: float, max_segments):
+        self.graph, self.order, self.chain = graph, list(base.order), chain
+        self.input_name, self.streamed, self.budget = input_name, streamed, budget
+        self.max_segments = max_segments
+        self.stops = cuts(graph, input_name, chain)
+        self.positions = [0] + [k for k in self.stops if k < len(chain)]
+        steps = dict(zip(self.order, simulate(graph, self.order).step_bytes))
+        self.layer_bytes = [steps[w.name] for w in chain]
+        inside = {w.name for w in chain}
+        # steps no segment changes: the floor of every plan's peak
+        self.floor = max((b for n, b in steps.items() if n not in inside), default=0)
+        self.candidates: dict[tuple, _Candidate] = {}
+
+    def start(self, p: int) -> str:
+        return self.input_name if p == 0 else self.chain[p - 1].name
+
+    def lower_bound(self, p: int, q: int) -> int:
+        """Bytes every step of a segment over ``[p, q)`` cannot go below at its last patch:
+        its full output, and its input unless streamed."""
+        streamed = self.streamed and p == 0
+        return self.graph[self.chain[q - 1].name].bytes + \
+            (0 if streamed else self.graph[self.start(p)].bytes)
+
+    def unpatched(self, p: int, q: int) -> int:
+        """The most bytes a step of chain positions ``[p, q)`` needs unpatched."""
+        return max(self.layer_bytes[p:q])
+
+    def may_lower(self, p: int, q: int, peak: int) -> bool:
+        """Can a segment over ``[p, q)`` be part of a chain whose peak is below ``peak``?
+        Only when the stretch needs ``peak`` unpatched, its input and output leave room
+        below it, and it ends by the first position from which no layer needs ``peak`` (a
+        longer segment only adds halo)."""
+        last = max((t for t, b in enumerate(self.layer_bytes) if b >= peak), default=-1)
+        reach = min((k for k in self.stops if k > last), default=len(self.chain))
+        return self.unpatched(p, q) >= peak and self.lower_bound(p, q) < peak and q <= reach
+
+    def price(self, p: int, q: int, grid: tuple[int, int], cached: bool
+              ) -> _Candidate | None:
+        """The segment over ``[p, q)`` in ``grid`` priced alone (None beyond the budget)."""
+        key = (p, q, grid, cached)
+        if key not in self.candidates:
+            seg = _make_segment(self.start(p), self.chain[p:q], grid, cached)
+            # (rows of a cached segment nobody reads are not computed: no saving to rank)
+            extra = max(0, seg.extra_macs)
+            if extra > self.budget:
+                return None
+            g = seg.apply(self.graph, self.streamed and p == 0)
+            order = _spliced(self.order, g, [seg])
+            new = set(g.nodes) - set(self.graph.nodes)
+            peak = max(b for n, b in zip(order, simulate(g, order).step_bytes) if n in new)
+            self.candidates[key] = _Candidate(p, q, grid, cached, peak, extra, len(new))
+        return self.candidates[key]
+
+    def pairs(self):
+        """Every segment the chain allows, ``(start, stop)`` positions, shortest first."""
+        return sorted(((p, q) for p in self.positions for q in self.stops if q > p),
+                      key=lambda pq: (pq[1] - pq[0], pq[0]))
+
+    def best(self):
+        """(peak, extra MACs, nodes, candidates) of the best chain of the candidates priced
+        so far: the lowest peak, then among the chains reaching it the fewest extra MACs,
+        then the fewest nodes."""
+        first = self._chain(self.floor)
+        return first if first[0] == self.floor else self._chain(first[0])
+
+    def _chain(self, floor: int):
+        """The best chain when every peak below ``floor`` counts as ``floor``: a dynamic
+        program over the chain's positions (each stretch between two is one segment or left
+        unpatched) keeping Pareto fronts of peak and extra MACs within the budget."""
+        n = len(self.chain)
+        ends = sorted(set(self.positions) | {n})
+        by_start: dict[int, list[_Candidate]] = {}
+        for c in self.candidates.values():
+            by_start.setdefault(c.start, []).append(c)
+        front = {n: [(floor, 0, 0, ())]}
+        for i in range(len(ends) - 2, -1, -1):
+            p, q = ends[i], ends[i + 1]
+            options = [(max(self.unpatched(p, q), e[0]), *e[1:]) for e in front[q]]
+            for c in by_start.get(p, ()):
+                for e in front[c.stop]:
+                    if c.extra_macs + e[1] <= self.budget and (
+                            self.max_segments is None or len(e[3]) < self.max_segments):
+                        options.append((max(c.peak, e[0]), c.extra_macs + e[1],
+                                        c.nodes + e[2], (c, *e[3])))
+            front[p] = _pareto(options, self.max_segments is not None)
+        return min(front[0], key=lambda e: e[:3])
+
+    def plan(self, ops) -> tuple[Segment, ...]:
+        """The segments of :meth:`best`, each built on the graph the ones before patched."""
+        segments, g, stop = [], self.graph, None
+        for c in self.best()[3]:
+            start = segments[-1].exit if segments and stop == c.start else \
+                (None if c.start == 0 else self.start(c.start))
+            grid = f"{c.grid[0]}x{c.grid[1]}{'c' if c.cached else ''}"
+            segments.append(_segment(g, start, c.stop - c.start, grid, ops))
+            g = segments[-1].apply(g, self.streamed and c.start == 0)
+            stop = c.stop
+        return tuple(segments)
+
+
+def _pareto(options, by_count: bool) -> list:
+    """The options no other beats on both peak and extra MACs (the fewest nodes among
+    equal ones; ``by_count``: separately for each number of segments)."""
+    kept, best_macs = [], {}
+    for option in sorted(options, key=lambda o: o[:3]):
+        group = len(option[3]) if by_count else 0
+        if option[1] < best_macs.get(group, float("inf")):
+            kept.append(option)
+            best_macs[group] = option[1]
+    return kept
 
 
 def plan_patches(graph: Graph, *, max_overhead: float = 0.2, stream_input: bool = False,
                  method: str = "serenity", inplace: bool = True, grid_max: int = GRID_MAX,
                  time_limit: float | Deadline | None = 120.0, ops=None,
-                 max_segments: int = 4) -> PatchPlan | None:
+                 max_segments: int | None = None) -> PatchPlan | None:
     """The patch plan with the lowest whole-network peak (module docstring), or None when
-    none is below the unpatched peak or within ``max_overhead`` extra MACs (a fraction of the
+    none is below the unpatched peak within ``max_overhead`` extra MACs (a fraction of the
     network's MACs, all segments together). ``stream_input`` picks the objective; both
     figures are reported. Scheduling always runs the memory model with in-place execution
     (the output chain's aliases are what writing a patch into the full output means);
     ``inplace=False`` drops the network's own in-place flags (RiP workspaces, aliases)
     first, for both the unpatched and the patched figures. ``ops``: as for
-    :func:`prefix_chain`. Up to ``max_segments`` segments, each from the output of the one
-    before, while each lowers the score (the peak, then how many steps reach it)."""
+    :func:`prefix_chain`. At most ``max_segments`` segments (None: any number)."""
     t0 = time.perf_counter()
     deadline = Deadline.of(time_limit)
     graph = graph if inplace else without_inplace(graph)
-    if not prefix_chain(graph, ops)[1]:
+    input_name, chain = prefix_chain(graph, ops)
+    if not chain or not cuts(graph, input_name, chain):
         return None
     base = schedule(graph, method, time_limit=deadline.share(0.2))
-    budget = max_overhead * network_macs(graph)
-    current, current_graph, segments = base, graph, []
-    steps = simulate(graph, base.order).step_bytes
-    score = _score(steps)
-    best = None             # (peak, number of segments, schedule)
-    for n in range(max_segments):
-        order = list(current.order)
-        start = segments[-1].exit if segments else None
-        # a later segment can only lower steps after the one before
-        if start is not None and max(steps[order.index(start) + 1:], default=0) < score[0]:
+    search = _Search(graph, base, input_name, chain, stream_input,
+                     max_overhead * network_macs(graph), max_segments)
+    pricing = deadline.share(0.6)
+    pairs = search.pairs()
+    # 1. every segment in cached strips of one row (no extra MACs, the least memory of
+    # their kind)
+    for p, q in pairs:
+        if pricing.expired():
             break
-        found = _best_segment(current_graph, start, stream_input and n == 0, budget, method,
-                              grid_max, deadline.share(0.6 if n == 0 else 0.5), ops, order,
-                              steps)
-        if found is None or found[0] >= score:
+        search.price(p, q, (chain[q - 1].out_hw[0], 1), True)
+    # 2. the grids of recomputed patches, for the segments that can lower the best chain's
+    # peak (the stretch with the most bytes unpatched first, then the shortest), until
+    # none is left
+    tried: set[tuple[int, int]] = set()
+    while not pricing.expired():
+        best = search.best()[0]
+        todo = [pq for pq in pairs if pq not in tried and search.may_lower(*pq, best)]
+        if not todo:
             break
-        score, segment, current, current_graph = found
-        steps = simulate(current_graph, current.order).step_bytes
-        segments.append(segment)
-        budget -= segment.extra_macs
-        if best is None or score[0] < best[0]:
-            best = (score[0], len(segments), current)
-        if deadline.expired():
-            break
-    if best is None or best[0] >= base.peak_bytes:
+        p, q = max(todo, key=lambda pq: (search.unpatched(*pq), pq[0] - pq[1]))
+        tried.add((p, q))
+        for grid in _grids(chain[q - 1], grid_max):
+            if pricing.expired():
+                break
+            search.price(p, q, grid, False)
+    # 3. taller strips where the best chain has cached ones: fewer kernel calls and
+    # memmoves where the peak allows
+    for c in search.best()[3]:
+        for rows in STRIP_HEIGHTS[1:] if c.cached else ():
+            search.price(c.start, c.stop, (-(-chain[c.stop - 1].out_hw[0] // rows), 1), True)
+    found = search.best()
+    if found[0] >= base.peak_bytes or not found[3]:
         return None
-    return _priced(graph, tuple(segments[:best[1]]), stream_input, method,
-                   Deadline.of(max(1.0, deadline.remaining())), base.peak_bytes, best[2], t0)
+    return _priced(graph, search.plan(ops), stream_input, method,
+                   Deadline.of(max(1.0, deadline.remaining())), base, t0)
 
 
 def plan_for(graph: Graph, prefix_length, grid, *, stream_input: bool = False,
@@ -652,27 +925,50 @@ def plan_for(graph: Graph, prefix_length, grid, *, stream_input: bool = False,
              time_limit: float | Deadline | None = 60.0, ops=None) -> PatchPlan:
     """The plan patching the first ``prefix_length`` layers of :func:`prefix_chain` with
     ``grid``, both patched graphs (input resident, streamed) ordered by ``method``. Lists of
-    lengths and grids give several segments, each from the output of the one before."""
+    lengths and grids give several stretches, each from the output of the one before: a
+    segment, or layers left unpatched (grid :data:`UNPATCHED`)."""
     t0 = time.perf_counter()
     deadline = Deadline.of(time_limit)
     graph = graph if inplace else without_inplace(graph)
     lengths = [prefix_length] if isinstance(prefix_length, int) else list(prefix_length)
-    grids = [tuple(grid)] if grid and isinstance(grid[0], int) else [tuple(g) for g in grid]
+    one = isinstance(grid, str) or (isinstance(grid, (tuple, list)) and len(grid) > 0
+                                    and isinstance(grid[0], int))
+    grids = [grid] if one else list(grid)
     if len(lengths) != len(grids) or not lengths:
         raise PatchError(f"{len(lengths)} prefix lengths for {len(grids)} grids: one grid per "
                          "segment")
-    segments, g = [], graph
-    for n, (k, grid) in enumerate(zip(lengths, grids)):
-        segments.append(_segment(g, segments[-1].exit if segments else None, k, grid, ops))
-        g = segments[-1].apply(g, stream_input and n == 0)
-    peak_unpatched = schedule(graph, method, time_limit=deadline.share(0.3)).peak_bytes
-    return _priced(graph, tuple(segments), stream_input, method, deadline, peak_unpatched,
-                   None, t0)
+    segments, g, start = [], graph, None
+    for k, grid in zip(lengths, grids):
+        if parse_grid(grid) is None:            # layers left unpatched
+            start = _stretch(g, start, k, ops)[1][-1].name
+            continue
+        segments.append(_segment(g, start, k, grid, ops))
+        g = segments[-1].apply(g, stream_input and start is None)
+        start = segments[-1].exit
+    if not segments:
+        raise PatchError(f"graph '{graph.name}': every grid is '{UNPATCHED}', no segment to "
+                         "patch")
+    base = schedule(graph, method, time_limit=deadline.share(0.3))
+    return _priced(graph, tuple(segments), stream_input, method, deadline, base, t0)
 
 
 def _segment(graph: Graph, start: str | None, prefix_length: int, grid, ops) -> Segment:
     """The segment of the first ``prefix_length`` layers from ``start`` in ``grid``, after
     checking it is one (one line naming the layer otherwise)."""
+    input_name, windows = _stretch(graph, start, prefix_length, ops)
+    rows, cols, cached = parse_grid(grid)
+    if not (rows <= windows[-1].out_hw[0] and cols <= windows[-1].out_hw[1]):
+        raise PatchError(f"layer '{windows[-1].name}': grid "
+                         f"{rows}x{cols}{'c' if cached else ''} does not fit its "
+                         f"{windows[-1].out_hw[0]}x{windows[-1].out_hw[1]} output")
+    return _make_segment(input_name, windows, (rows, cols), cached)
+
+
+def _stretch(graph: Graph, start: str | None, prefix_length: int, ops
+             ) -> tuple[str, list[Window]]:
+    """The node ``start`` names (None: the graph input) and the ``prefix_length`` layers
+    chained from it, after checking they end where one tensor leaves them (one line naming
+    the layer otherwise)."""
     input_name, chain = prefix_chain(graph, ops, start)
     if not input_name:
         raise PatchError(f"graph '{graph.name}' has {len(graph.input_names)} inputs; a patch "
@@ -690,37 +986,65 @@ def _segment(graph: Graph, start: str | None, prefix_length: int, grid, ops) -> 
                          f"{prefix_length} layers cannot end there, '{leaving[0]}' is read "
                          f"after it (possible lengths: "
                          f"{', '.join(map(str, cuts(graph, input_name, chain)))})")
-    windows = chain[:prefix_length]
-    if len(grid) != 2 or not (1 <= grid[0] <= windows[-1].out_hw[0]
-                              and 1 <= grid[1] <= windows[-1].out_hw[1]):
-        raise PatchError(f"layer '{windows[-1].name}': grid "
-                         f"{'x'.join(map(str, grid))} does not fit its "
-                         f"{windows[-1].out_hw[0]}x{windows[-1].out_hw[1]} output")
-    regions = patch_regions(windows, grid)
+    return input_name, chain[:prefix_length]
+
+
+def _make_segment(input_name: str, windows: list[Window], grid: tuple[int, int],
+                  cached: bool) -> Segment:
+    regions = strip_regions(windows, grid[0]) if cached else patch_regions(windows, grid)
     extra = prefix_macs(windows, regions) - prefix_macs(windows)
-    return Segment(input_name, tuple(windows), tuple(grid), tuple(regions), extra)
+    return Segment(input_name, tuple(windows), tuple(grid), tuple(regions), extra, cached)
+
+
+def parse_grid(grid) -> tuple[int, int, bool] | None:
+    """``(rows, columns, cached)`` of a segment's grid, given as ``(rows, columns)`` or as
+    text: ``"RxC"`` (``R x C`` patches, halos recomputed) or ``"Rx1c"`` (``R`` full-width
+    row strips, rows cached); None for :data:`UNPATCHED` (a stretch of layers a forced plan
+    leaves as they are); refused in one line otherwise."""
+    if isinstance(grid, str) and grid.strip() == UNPATCHED:
+        return None
+    match = re.fullmatch(r"(\d+)x(\d+)(c?)", grid.strip().lower()) \
+        if isinstance(grid, str) else None
+    if match:
+        rows, cols, cached = int(match[1]), int(match[2]), match[3] == "c"
+    elif isinstance(grid, (tuple, list)) and len(grid) == 2 and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in grid):
+        rows, cols, cached = int(grid[0]), int(grid[1]), False
+    else:
+        raise PatchError(f"grid {grid!r} is neither (rows, columns) of integers nor the "
+                         "text ROWSxCOLS (patches, e.g. 4x4), ROWSx1c (cached row strips, "
+                         f"e.g. 22x1c) or {UNPATCHED} (layers left unpatched)")
+    if rows < 1 or cols < 1:
+        raise PatchError(f"grid {grid!r}: rows and columns must be positive")
+    if cached and cols != 1:
+        raise PatchError(f"grid {grid!r}: cached row strips span the full width "
+                         f"({rows}x1c)")
+    return rows, cols, cached
 
 
 def _priced(graph: Graph, segments: tuple[Segment, ...], stream_input: bool, method: str,
-            deadline: Deadline, peak_unpatched: int, objective: ScheduleResult | None,
-            started: float) -> PatchPlan:
+            deadline: Deadline, base: ScheduleResult, started: float) -> PatchPlan:
     """The plan of ``segments`` with both peaks (input resident, streamed), each patched
-    graph ordered by ``method`` (``objective``: the schedule already found for the
-    ``stream_input`` one)."""
-    results = {} if objective is None else {stream_input: objective}
-    for streamed in (stream_input, not stream_input):
-        if streamed not in results:
-            g = graph
-            for k, seg in enumerate(segments):
-                g = seg.apply(g, streamed and k == 0)
-            results[streamed] = schedule(g, method, time_limit=deadline.share(0.5))
+    graph ordered by ``method`` or as ``base`` (the unpatched graph's schedule) ran its
+    layers, whichever has the lower peak (:func:`_ordered`)."""
+    results = {streamed: _ordered(graph, segments, streamed, method,
+                                  deadline.share(0.6 if streamed == stream_input else 1.0),
+                                  base.order)
+               for streamed in (stream_input, not stream_input)}
     extra = sum(seg.extra_macs for seg in segments)
     total = network_macs(graph)
     patched = sum(prefix_macs(list(seg.windows)) for seg in segments)
-    return PatchPlan(segments, stream_input, peak_unpatched, results[False].peak_bytes,
+    names = [w.name for w in prefix_chain(graph)[1]]
+    layout, at = [], 0
+    for seg in segments:
+        first = names.index(seg.layers[0])
+        layout += [(first - at, UNPATCHED)] if first > at else []
+        layout.append((len(seg.layers), seg.label))
+        at = first + len(seg.layers)
+    return PatchPlan(segments, stream_input, base.peak_bytes, results[False].peak_bytes,
                      results[True].peak_bytes, extra, extra / total if total else 0.0,
                      extra / patched if patched else 0.0, tuple(results[stream_input].order),
-                     time.perf_counter() - started, results[stream_input])
+                     time.perf_counter() - started, tuple(layout), results[stream_input])
 
 
 # ------------------------------------------------------------------- numpy execution
@@ -767,8 +1091,9 @@ def _layer_on_region(model: TFLiteModel, kernels: dict, w: Window, region: Layer
 
 
 def run_patched(model: TFLiteModel, plan: PatchPlan, inputs) -> list[np.ndarray]:
-    """The model's outputs with the plan's prefix computed patch by patch (module
-    docstring); ``inputs`` as for :func:`tvm_serenity.frontend.reference.run`."""
+    """The model's outputs with the plan's segments computed patch by patch or strip by
+    strip (module docstring), each where its first layer runs, the other operators by the
+    interpreter; ``inputs`` as for :func:`tvm_serenity.frontend.reference.run`."""
     interp = reference.Interpreter(model)
     values = interp._feed(inputs)
     kernels = {op.index: k for op, k in zip(model.operators, interp._kernels)}
@@ -776,32 +1101,19 @@ def run_patched(model: TFLiteModel, plan: PatchPlan, inputs) -> list[np.ndarray]
     if len(model.inputs) != 1:
         raise PatchError(f"{model.source}: a patch plan needs a model with one input, this "
                          f"one has {len(model.inputs)}")
-    source = model.inputs[0]          # the tensor the segment reads
-    for seg in plan.segments:
-        last = model.operator(seg.windows[-1].tflite_index)
-        y_tensor = tensors[last.outputs[0]]
-        y = np.zeros(y_tensor.shape, dtype=y_tensor.dtype)
-        for patch in seg.regions:
-            # layer -> (its patch's values, the first row and column they hold)
-            held = {seg.input: (values[source], 0, 0)}
-            for w, region in zip(seg.windows, patch):
-                xs = []
-                for src in w.inputs:
-                    a, r0, c0 = held[src]
-                    xs.append(a[:, region.in_rows[0] - r0:region.in_rows[1] - r0,
-                                region.in_cols[0] - c0:region.in_cols[1] - c0])
-                x = _layer_on_region(model, kernels, w, region, xs)
-                want = (1, region.out_rows[1] - region.out_rows[0],
-                        region.out_cols[1] - region.out_cols[0])
-                if x.shape[:3] != want:
-                    raise PatchError(f"layer '{w.name}': patch output {list(x.shape)} is not "
-                                     f"the region {list(want)}")
-                held[w.name] = (x, region.out_rows[0], region.out_cols[0])
-            y[:, slice(*patch[-1].out_rows), slice(*patch[-1].out_cols)] = x
-        values[last.outputs[0]] = y
-        source = last.outputs[0]
     skipped = _prefix_ops(model, {w.tflite_index for w in plan.windows})
+    producer = {op.outputs[0]: op for op in model.operators}
+    first = {seg.windows[0].tflite_index: seg for seg in plan.segments}
     for op, kernel in zip(model.operators, interp._kernels):
+        seg = first.get(op.index)
+        if seg is not None:       # the tensor the segment reads (before a folded PAD)
+            source = op.inputs[0]
+            while source in producer and producer[source].op in ("PAD", "PADV2") \
+                    and producer[source].index in skipped:
+                source = producer[source].inputs[0]
+            last = model.operator(seg.windows[-1].tflite_index)
+            values[last.outputs[0]] = _run_segment(model, kernels, seg, values[source],
+                                                   tensors[last.outputs[0]])
         if op.index in skipped:
             continue
         args = [None if i < 0 else (tensors[i].data if tensors[i].data is not None
@@ -810,6 +1122,42 @@ def run_patched(model: TFLiteModel, plan: PatchPlan, inputs) -> list[np.ndarray]
         values[op.outputs[0]] = np.asarray(kernel(args)).astype(t.dtype, copy=False) \
             .reshape(t.shape)
     return [values[i] for i in model.outputs]
+
+
+def _run_segment(model: TFLiteModel, kernels: dict, seg: Segment, x: np.ndarray, out
+                 ) -> np.ndarray:
+    """The full output (tensor ``out``) of segment ``seg`` reading ``x``, patch by patch or
+    strip by strip."""
+    y = np.zeros(out.shape, dtype=out.dtype)
+    # layer -> (its patch's values or cached rows, the first row and column they hold)
+    held = {}
+    for patch in seg.regions:
+        if not seg.cached or not held:
+            held = {seg.input: (x, 0, 0)}
+        for w, region in zip(seg.windows, patch):
+            if region.out_rows[0] == region.out_rows[1]:
+                continue        # a cached strip that needs no new row of this layer
+            xs = []
+            for src in w.inputs:
+                a, r0, c0 = held[src]
+                xs.append(a[:, region.in_rows[0] - r0:region.in_rows[1] - r0,
+                            region.in_cols[0] - c0:region.in_cols[1] - c0])
+            v = _layer_on_region(model, kernels, w, region, xs)
+            want = (1, region.out_rows[1] - region.out_rows[0],
+                    region.out_cols[1] - region.out_cols[0])
+            if v.shape[:3] != want:
+                raise PatchError(f"layer '{w.name}': patch output {list(v.shape)} is not "
+                                 f"the region {list(want)}")
+            if w is seg.windows[-1]:
+                y[:, slice(*region.out_rows), slice(*region.out_cols)] = v
+            elif region.buffer_rows is None:
+                held[w.name] = (v, region.out_rows[0], region.out_cols[0])
+            else:       # the rows kept from the strip before, then the new ones
+                top = region.buffer_rows[0]
+                kept = held[w.name][0][:, top - held[w.name][1]:] if w.name in held \
+                    else v[:, :0]
+                held[w.name] = (np.concatenate([kept, v], axis=1), top, 0)
+    return y
 
 
 def _prefix_ops(model: TFLiteModel, layer_ops: set[int]) -> set[int]:
