@@ -60,6 +60,8 @@ from tvm.relax.frontend.onnx import from_onnx as tvm_from_onnx
 from ..errors import SerenityError
 from ..passes.convert import is_op
 from ..passes.fakequant import LowerFakeQuant, layout_change
+from ..passes.ort_fakequant import OrtPatterns, int8_types
+from .ort_arithmetic import ONNXRUNTIME
 
 __all__ = ["ONNXError", "from_onnx", "onnx_reference_int8", "quantize_outputs",
            "compare_int8"]
@@ -169,8 +171,9 @@ class _ToNHWC:
     """Rewrites one function (see step 1 of the module docstring). ``new`` maps each original
     variable to its new value; those in ``nhwc`` hold the NHWC form of an original NCHW value."""
 
-    def __init__(self, func: relax.Function, where: str):
+    def __init__(self, func: relax.Function, where: str, tflite_softmax: bool = True):
         self.func, self.where = func, where
+        self.tflite_softmax = tflite_softmax   # requantize a Softmax to TFLite's 1/256
         self.bindings = [b for block in func.body.blocks for b in block.bindings]
         self.orig = relax.analysis.get_var2val(func)
         self.users: dict[relax.Var, list[relax.Expr]] = {}
@@ -422,7 +425,7 @@ class _ToNHWC:
 
     def _softmax(self, var, call):
         out = self._sole_quantize(var)
-        if out is None or out[2] != "int8" \
+        if not self.tflite_softmax or out is None or out[2] != "int8" \
                 or (np.float32(out[0]), out[1]) == (np.float32(_SOFTMAX_SCALE),
                                                     _SOFTMAX_ZERO_POINT):
             return None
@@ -494,13 +497,20 @@ def _check(model: onnx.ModelProto, where: str, func: relax.Function, lower: Lowe
 
 
 # ====================================================================== public API
-def from_onnx(model: str | os.PathLike | onnx.ModelProto) -> tvm.IRModule:
+ARITHMETICS = (ONNXRUNTIME, "tflite")
+
+
+def from_onnx(model: str | os.PathLike | onnx.ModelProto,
+              arithmetic: str = ONNXRUNTIME) -> tvm.IRModule:
     """Import an int8 QDQ ONNX model (a path or a ``ModelProto``) as a Relax module whose
-    operators are integer kernels (see the module docstring). ``main`` takes and returns the
-    model's tensors (float, or int8 where the graph's inputs / outputs are) in its layouts, a
-    symbolic batch as 1. Raises :class:`ONNXError` for a file that is not a valid ONNX model,
-    for a symbolic dimension other than an input's batch and for any operator that would stay
-    in float."""
+    operators are integer kernels (see the module docstring) computing onnxruntime's
+    arithmetic (``arithmetic="onnxruntime"``, :mod:`.ort_arithmetic`) or TFLite's
+    (``"tflite"``). ``main`` takes and returns the model's tensors (float, or int8 where the
+    graph's inputs / outputs are) in its layouts, a symbolic batch as 1. Raises
+    :class:`ONNXError` for a file that is not a valid ONNX model, for a symbolic dimension
+    other than an input's batch and for any operator that would stay in float."""
+    if arithmetic not in ARITHMETICS:
+        raise ValueError(f"arithmetic must be one of {ARITHMETICS}, got {arithmetic!r}")
     model, where = _load(model)
     if not any(n.op_type == "QuantizeLinear" for n in model.graph.node):
         raise ONNXError(f"{where}: no QuantizeLinear node, not a QDQ-quantized model")
@@ -511,8 +521,11 @@ def from_onnx(model: str | os.PathLike | onnx.ModelProto) -> tvm.IRModule:
         first = (str(e).strip().splitlines() or [""])[0]
         raise ONNXError(f"{where}: TVM's ONNX frontend cannot import it: "
                         f"{type(e).__name__}: {first}") from None
-    mod["main"] = _ToNHWC(mod["main"], where).run()
-    lower = LowerFakeQuant()
+    converter = _ToNHWC(mod["main"], where, tflite_softmax=arithmetic != ONNXRUNTIME)
+    types = int8_types(mod["main"])                 # onnxruntime's, on the imported graph
+    mod["main"] = converter.run()
+    lower = LowerFakeQuant() if arithmetic != ONNXRUNTIME else LowerFakeQuant(OrtPatterns(
+        {converter.new[v]: t for v, t in types.items() if v in converter.new}))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")             # what stays in float is an error below
         mod = lower(mod)

@@ -43,6 +43,10 @@ writes an int8 AVERAGE_POOL_2D as integer ops, ``astype(avg_pool2d(astype(x, int
 whose division truncates where TFLite rounds: that form becomes ``average_pool_int8`` too (its
 int8 MAX_POOL_2D is exact already and stays).
 
+``LowerFakeQuant(patterns)`` lowers with another arithmetic instead: ``patterns(matcher,
+operator, variable)`` gives each quantized operator's kernel (an ONNX import's,
+:class:`~tvm_serenity.passes.ort_fakequant.OrtPatterns`, describes onnxruntime's arithmetic).
+
 Anything else is never rewritten on a guess: a ``quantize`` of another float value only gets
 TFLite's rounding (a ``quantize_float`` kernel), the float computation before it stays, and a
 ``warnings.warn`` names, per function, the operators left as imported. Run it before
@@ -136,6 +140,9 @@ class _Root:
 # None when TFLite's operator set cannot say it, e.g. a clamp no fused activation gives).
 Describe = Callable[[relax.Var], "ri.OperatorDescription | None"]
 Kernel = tuple[str, list, Callable[..., relax.Expr], Describe | None]  # (kind, inputs, body, ..)
+# Another arithmetic's kernel for a quantized operator: (matcher, operator, its variable) ->
+# Kernel or None (:class:`tvm_serenity.passes.ort_fakequant.OrtPatterns`).
+Patterns = Callable[["_Matcher", "_Root", relax.Var], "Kernel | None"]
 
 _ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
 
@@ -637,7 +644,8 @@ class _Matcher:
 class LowerFakeQuant:
     """Rewrite ``dequantize -> float op -> quantize`` into integer kernels (module docstring)."""
 
-    def __init__(self):
+    def __init__(self, patterns: Patterns | None = None):
+        self.patterns = patterns               # another arithmetic's kernels (an ONNX import)
         self.lowered: Counter = Counter()      # kernel kind -> how many
         self.unlowered: Counter = Counter()    # operator left as imported -> how many
 
@@ -672,7 +680,8 @@ class LowerFakeQuant:
             root = matcher.root(b, clipped)
             if root is None:
                 continue
-            kernel = matcher.kernel(root)
+            kernel = matcher.kernel(root) if self.patterns is None \
+                else self.patterns(matcher, root, b.var)
             if kernel is None:
                 left[matcher.value(root.computed).op.name.removeprefix("relax.")] += 1
                 if root.scale is None:
