@@ -76,8 +76,9 @@ from .tflite_model import UnsupportedOperatorError
 
 __all__ = ["ONNXRUNTIME", "ARITHMETIC", "KERNEL", "DTYPE", "is_onnxruntime", "rne", "fma32",
            "quantize_linear", "dequantize_table", "scale_parts", "requantize", "OrtRequant",
-           "requant_of", "conv_params", "AddParams", "add_params", "add_int8", "PoolParams",
-           "pool_params", "average_pool", "mean_requant", "SoftmaxParams", "softmax_params",
+           "requant_of", "conv_params", "AddParams", "add_params", "elementwise_params",
+           "add_int8", "PoolParams", "pool_params", "average_pool_params", "average_pool",
+           "global_mean", "mean_requant", "fully_connected_params", "SoftmaxParams", "softmax_params",
            "softmax", "FullyConnectedFloat", "fully_connected_float", "unary_table",
            "mlas_logistic", "mlas_exp", "prepare"]
 
@@ -121,9 +122,12 @@ def fma32(a, b, c) -> np.ndarray:
 def quantize_linear(x, scale: float, zero_point: int, lo: int = INT8_MIN,
                     hi: int = INT8_MAX) -> np.ndarray:
     """``MlasQuantizeLinear``: ``x / scale`` (a float32 division), clamped to ``[lo - zp,
-    hi - zp]`` in float32, rounded half to even, plus the zero point (int64)."""
+    hi - zp]`` in float32 as ``maxps`` then ``minps`` do (a NaN becomes the low bound),
+    rounded half to even, plus the zero point (int64)."""
     v = np.asarray(x, f32) / f32(scale)
-    v = np.minimum(np.maximum(v, f32(lo - zero_point)), f32(hi - zero_point))
+    low, high = f32(lo - zero_point), f32(hi - zero_point)
+    v = np.where(v > low, v, low)
+    v = np.where(v < high, v, high)
     return rne(v) + int(zero_point)
 
 
@@ -586,7 +590,8 @@ def _hard_swish(x: np.ndarray) -> np.ndarray:
     return x * np.minimum(np.maximum(x * f32(1 / 6) + f32(0.5), f32(0)), f32(1))
 
 
-#: Float functions of the elementwise operators, applied to dequantized codes.
+#: Float functions of the elementwise operators, applied to dequantized codes (a
+#: QUANTIZE of a float32 input is :func:`quantize_linear` instead).
 _UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "QUANTIZE": lambda v: v,
     "RELU": lambda v: np.maximum(v, f32(0)),
@@ -594,6 +599,9 @@ _UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "RELU_N1_TO_1": lambda v: np.minimum(np.maximum(v, f32(-1)), f32(1)),
     "LOGISTIC": mlas_logistic,
     "HARD_SWISH": _hard_swish}
+
+
+UNARY_OPS = frozenset(_UNARY)
 
 
 def unary_table(op: str, x: tuple[float, int], out: tuple[float, int]) -> np.ndarray:
@@ -645,18 +653,21 @@ def _prep_fully_connected(ctx) -> ref.Kernel:
     return lambda a: ref.fully_connected_int8(a[0], weights, bias, zi, params).reshape(shape)
 
 
-def _elementwise_params(ctx) -> AddParams:
-    a, b, out = ctx.tensor(0), ctx.tensor(1), ctx.out
+def elementwise_params(model, op) -> AddParams:
+    """The :class:`AddParams` of an ADD / MUL with onnxruntime's arithmetic (two activations
+    of the output's shape)."""
+    a, b, out = (model.tensors[i] for i in (op.inputs[0], op.inputs[1], op.outputs[0]))
     if a.shape != b.shape or a.shape != out.shape or a.data is not None or b.data is not None:
-        raise ctx.unsupported("onnxruntime's arithmetic is implemented for two activations of "
-                              "the output's shape only (no broadcasting, no constant)")
-    return add_params(ctx.op.options.get(KERNEL, ""), _scale_zp(a), _scale_zp(b),
-                      _scale_zp(out), ctx.op.options.get(DTYPE, "uint8"),
-                      ctx.op.options.get("fused_activation_function", "NONE"))
+        raise UnsupportedOperatorError(
+            f"{model.where(op)}: onnxruntime's arithmetic is implemented for two activations "
+            "of the output's shape only (no broadcasting, no constant)", op.op, op.index)
+    return add_params(op.options.get(KERNEL, ""), _scale_zp(a), _scale_zp(b), _scale_zp(out),
+                      op.options.get(DTYPE, "uint8"),
+                      op.options.get("fused_activation_function", "NONE"))
 
 
 def _prep_elementwise(ctx) -> ref.Kernel:
-    params = _elementwise_params(ctx)
+    params = elementwise_params(ctx.model, ctx.op)
     return lambda v: add_int8(v[0], v[1], params)
 
 
@@ -711,10 +722,6 @@ def _prep_mean(ctx) -> ref.Kernel:
                             - zi * count)
 
 
-def _prep_mul_or_add(ctx) -> ref.Kernel:
-    return _prep_elementwise(ctx)
-
-
 def _prep_softmax(ctx) -> ref.Kernel:
     x, out = ctx.tensor(0), ctx.out
     params = softmax_params(ctx.op.options.get(KERNEL, ""), _scale_zp(x), _scale_zp(out),
@@ -733,8 +740,8 @@ def _prep_unary(ctx) -> ref.Kernel:
 
 _PREPARE: dict[str, Callable] = {
     "CONV_2D": _prep_conv, "DEPTHWISE_CONV_2D": _prep_conv,
-    "FULLY_CONNECTED": _prep_fully_connected, "ADD": _prep_mul_or_add,
-    "MUL": _prep_mul_or_add, "AVERAGE_POOL_2D": _prep_average_pool,
+    "FULLY_CONNECTED": _prep_fully_connected, "ADD": _prep_elementwise,
+    "MUL": _prep_elementwise, "AVERAGE_POOL_2D": _prep_average_pool,
     "MAX_POOL_2D": _prep_max_pool, "MEAN": _prep_mean, "SOFTMAX": _prep_softmax,
     **dict.fromkeys(_UNARY, _prep_unary)}
 

@@ -76,6 +76,7 @@ from tvm import relax
 from tvm.script import relax as R
 
 from ..graph import unique_name
+from . import ort_arithmetic as ort
 from . import reference as ref
 from .reference import table_of
 from ..text import counted
@@ -811,6 +812,20 @@ _LOWER: dict[str, Lowering] = {
         x, int(c.tensor(1).data.reshape(-1)[0]) % len(c.tensor(0).shape), c.out.dtype),
 }
 
+def _lowering(op: Operator) -> Lowering:
+    """The operator's lowering; an elementwise operator with onnxruntime's arithmetic is its
+    table (:func:`.ort_arithmetic.unary_table`), the other onnxruntime operators keep
+    TFLite's kernels, which the llvm route computes until it runs the kernel family."""
+    if ort.is_onnxruntime(op.options) and op.op in ort.UNARY_OPS:
+        def lower(c: _Op):
+            if c.tensor(0).dtype != "int8":
+                return _LOWER[op.op](c)
+            table = ort.unary_table(op.op, c.scale_zp(0), c.scale_zp())
+            return lambda x: lookup_table(x, table)
+        return lower
+    return _LOWER[op.op]
+
+
 #: Operators whose every input is data (a constant one, e.g. a MUL by a constant, is passed to
 #: the kernel like an activation); the others read only their activation inputs, constant inputs
 #: (weights, shapes, axes) are part of their lowering.
@@ -908,7 +923,7 @@ def from_tflite(model: TFLiteModel | str | os.PathLike) -> tvm.IRModule:
     with bb.function("main", params):
         with bb.dataflow():
             for op in model.operators:
-                body = _LOWER[op.op](_Op(model, op))
+                body = _lowering(op)(_Op(model, op))
                 inputs = [values[i] if model.tensors[i].data is None
                           else relax.const(model.tensors[i].data, model.tensors[i].dtype)
                           for i in op.inputs if i >= 0 and (
