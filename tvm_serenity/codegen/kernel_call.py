@@ -284,8 +284,11 @@ class _Calls:
                                "block")
         (si, zi), (so, zo) = _scale_zp(x), _scale_zp(out)
         if self.ort:
-            kind, p = ort.global_mean(self.model, self.op)
-            if kind == "pool":
+            axes, p = ort.global_mean(self.model, self.op)
+            if isinstance(p, ort.PoolParams):
+                if axes != (1, 2):
+                    raise self.unsupported("onnxruntime's float GlobalAveragePool runs on an "
+                                           "NHWC tensor only")
                 return self.ort_global_pool(p)
             values = (self.name, outer, reduce, inner, zi, int(p.multiplier[0]),
                       int(p.shift[0]), zo, "onnxruntime")

@@ -362,25 +362,29 @@ def ort_requantize(acc, multiplier, shift):
 
 def rne_float(v):
     """A float32 ``v`` (``|v| < 2^30``) rounded half to even to an int32, as ``cvtps2dq``
-    does: truncated (C's conversion), then one step up or down by the exact remainder."""
-    r = _let("truncated", _cast("int32", v))
-    f = _let("fraction", v - _cast("float32", r), "float32")
-    odd = (r & 1) == 1
+    does: truncated (C's conversion), then one step up or down by the exact remainder. The
+    values go through local arrays (TVM expands a let read several times)."""
+    value = _local("rne_value", 2, "float32")             # v, its fraction
+    r = _local("rne")
+    _store(value, 0, v)
+    _store(r, 0, _cast("int32", value[0]))
+    _store(value, 1, value[0] - _cast("float32", r[0]))
+    f, odd = value[1], (r[0] & 1) == 1
     up = tirx.any(f > _f32(0.5), tirx.all(f == _f32(0.5), odd))
     down = tirx.any(f < _f32(-0.5), tirx.all(f == _f32(-0.5), odd))
-    return r + _cast("int32", up) - _cast("int32", down)
+    _store(r, 0, r[0] + _cast("int32", up) - _cast("int32", down))
+    return r[0]
 
 
 def quantize_linear(v, scale: float, zero_point: int, low: int = -128, high: int = 127):
     """onnxruntime's ``MlasQuantizeLinear`` of float32 ``v``: ``v / scale`` (a float32
     division), clamped to ``[low - zp, high - zp]`` (a NaN to ``low - zp``, as ``maxps``),
     :func:`rne_float`, plus ``zp``."""
-    x = _let("quotient", tirx.Div(v, float32_const(scale)), "float32")
-    x = _let("clamped_low", tirx.Select(x > _f32(low - zero_point), x, _f32(low - zero_point)),
-             "float32")                                  # maxps: a NaN becomes the bound
-    x = _let("clamped", tirx.Select(x < _f32(high - zero_point), x, _f32(high - zero_point)),
-             "float32")
-    return rne_float(x) + zero_point
+    x = _local("quotient", 1, "float32")
+    _store(x, 0, tirx.Div(v, float32_const(scale)))
+    _store(x, 0, tirx.Select(x[0] > _f32(low - zero_point), x[0], _f32(low - zero_point)))
+    _store(x, 0, tirx.Select(x[0] < _f32(high - zero_point), x[0], _f32(high - zero_point)))
+    return rne_float(x[0]) + zero_point
 
 
 def fma32(a, b, c):

@@ -78,7 +78,7 @@ __all__ = ["ONNXRUNTIME", "ARITHMETIC", "KERNEL", "DTYPE", "is_onnxruntime", "rn
            "quantize_linear", "dequantize_table", "scale_parts", "requantize", "OrtRequant",
            "requant_of", "conv_params", "AddParams", "add_params", "elementwise_params",
            "add_int8", "PoolParams", "pool_params", "average_pool_params", "average_pool",
-           "global_mean", "mean_requant", "fully_connected_params", "SoftmaxParams", "softmax_params",
+           "global_mean", "global_average", "mean_requant", "fully_connected_params", "SoftmaxParams", "softmax_params",
            "softmax", "FullyConnectedFloat", "fully_connected_float", "unary_table",
            "mlas_logistic", "mlas_exp", "prepare"]
 
@@ -695,30 +695,43 @@ def _prep_max_pool(ctx) -> ref.Kernel:
     return ref._prep_pool(ctx, ref.max_pool_int8)
 
 
-def global_mean(model, op) -> tuple[str, OrtRequant | PoolParams]:
-    """A MEAN over axes 1 and 2 of an NHWC tensor (keeping them) run as
-    QLinearGlobalAveragePool (``("requant", OrtRequant)``: the sum minus ``xz * N``) or as the
-    float GlobalAveragePool (``("pool", PoolParams)``, the global order)."""
+def global_mean(model, op) -> tuple[tuple[int, int], OrtRequant | PoolParams]:
+    """A MEAN over the two spatial axes of a 4-D tensor (1 and 2 in NHWC, 2 and 3 in NCHW,
+    kept) run as QLinearGlobalAveragePool (an :class:`OrtRequant`: the sum minus ``xz * N``)
+    or as the float GlobalAveragePool (:class:`PoolParams`, the global order); with the axes
+    reduced."""
     x, out = model.tensors[op.inputs[0]], model.tensors[op.outputs[0]]
-    axes = sorted({int(a) % len(x.shape) for a in model.tensors[op.inputs[1]].data.ravel()})
-    if len(x.shape) != 4 or axes != [1, 2] or len(out.shape) != 4:
+    axes = tuple(sorted({int(a) % len(x.shape) for a in model.tensors[op.inputs[1]].data.ravel()}))
+    if len(x.shape) != 4 or axes not in ((1, 2), (2, 3)) or len(out.shape) != 4:
         raise UnsupportedOperatorError(f"{model.where(op)}: onnxruntime's GlobalAveragePool "
-                                       "reduces axes 1 and 2 of an NHWC tensor, keeping them",
-                                       op.op, op.index)
-    hw = x.shape[1:3]
+                                       "reduces the two spatial axes of a 4-D tensor, keeping "
+                                       "them", op.op, op.index)
+    hw = tuple(x.shape[a] for a in axes)
     if op.options.get(KERNEL) == "GlobalAveragePool":
-        return "pool", pool_params("GlobalAveragePool", _scale_zp(x), _scale_zp(out), hw,
-                                   (1, 1), (0, 0, 0, 0), hw, False)
-    return "requant", mean_requant(x.quant.scalar_scale, out.quant.scalar_scale,
-                                   hw[0] * hw[1], out.quant.scalar_zero_point)
+        return axes, pool_params("GlobalAveragePool", _scale_zp(x), _scale_zp(out), hw, (1, 1),
+                                 (0, 0, 0, 0), hw, False)
+    return axes, mean_requant(x.quant.scalar_scale, out.quant.scalar_scale, hw[0] * hw[1],
+                              out.quant.scalar_zero_point)
+
+
+def global_average(x: np.ndarray, axes: tuple[int, int], p: PoolParams) -> np.ndarray:
+    """The float GlobalAveragePool of int8 ``x`` over ``axes`` (kept):
+    ``MlasPoolGlobalKernel``'s order over each window (:func:`pool_order`), then
+    QuantizeLinear."""
+    moved = np.moveaxis(np.asarray(x, np.int64), axes, (-2, -1))
+    taps = p.table[moved.reshape(-1, moved.shape[-2] * moved.shape[-1]) + 128]
+    y = _window_sum(taps, "global", moved.shape[-1]) / f32(taps.shape[1])
+    q = quantize_linear(y, p.output_scale, p.output_zero_point).astype(np.int8)
+    return np.moveaxis(q.reshape(moved.shape[:-2] + (1, 1)), (-2, -1), axes)
 
 
 def _prep_mean(ctx) -> ref.Kernel:
-    kind, params = global_mean(ctx.model, ctx.op)
-    if kind == "pool":
-        return lambda v: average_pool(v[0], params)
-    zi, count = _scale_zp(ctx.tensor(0))[1], int(np.prod(ctx.tensor(0).shape[1:3]))
-    return lambda v: params(np.asarray(v[0], np.int64).sum(axis=(1, 2), keepdims=True)
+    axes, params = global_mean(ctx.model, ctx.op)
+    if isinstance(params, PoolParams):
+        return lambda v: global_average(v[0], axes, params)
+    zi = _scale_zp(ctx.tensor(0))[1]
+    count = int(np.prod([ctx.tensor(0).shape[a] for a in axes]))
+    return lambda v: params(np.asarray(v[0], np.int64).sum(axis=axes, keepdims=True)
                             - zi * count)
 
 

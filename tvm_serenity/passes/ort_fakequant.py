@@ -192,8 +192,8 @@ class OrtPatterns:
             return {ort.KERNEL: "QuantizeLinear" if kind == "quantize" else "Lookup"}
         if kind == "fully_connected" and not is_op(x, "relax.add"):
             kind = "matmul"                       # no bias: an ONNX MatMul, not a Gemm
-        if kind == "mean" and (sorted(int(a) for a in x.attrs.axis) != [1, 2]
-                               or not bool(x.attrs.keepdims)):
+        if kind == "mean" and (len(_shape(x)) != 4 or not bool(x.attrs.keepdims) or sorted(
+                int(a) % 4 for a in x.attrs.axis) not in ([1, 2], [2, 3])):
             return None                           # onnxruntime's is a GlobalAveragePool
         if kind not in _KERNELS:
             return None
