@@ -215,7 +215,7 @@ def pool_case(nrng, order: str, qlinear: bool, include_pad: bool) -> list[Case]:
         p.qlinear, p.order, p.include_pad, p.output_scale, p.output_zero_point, p.offset))
 
     def expected_of(x):
-        return {"table": p.table}, ort.average_pool(x[None], p)[0]
+        return {"table": p.table.view(np.int32)}, ort.average_pool(x[None], p)[0]
     return [_layer_case(spec, layout, nrng, expected_of) for layout in ("rip", "dual")]
 
 
@@ -272,6 +272,22 @@ def mean_case(nrng) -> Case:
                     1, expected)
 
 
+def float_mean_case(nrng) -> Case:
+    """The float GlobalAveragePool (MLAS's four lanes) over the middle axis."""
+    outer, h, w, inner = (int(v) for v in nrng.integers(1, 8, 4))
+    x_quant = (float(np.exp(nrng.uniform(-4, 0))), int(nrng.integers(-128, 128)))
+    y_quant = (float(np.exp(nrng.uniform(-4, 0))), int(nrng.integers(-128, 128)))
+    p = ort.pool_params("GlobalAveragePool", x_quant, y_quant, (h, w), (1, 1), (0, 0, 0, 0),
+                        (h, w), False)
+    x = nrng.integers(-128, 128, (outer, h, w, inner), dtype=np.int8)
+    values = (outer, h * w, inner, 0, 0, 0, y_quant[1], "onnxruntime",
+              lo.FloatMean(*y_quant))
+    return _op_case("float mean", lambda symbol: lo.mean_kernel(symbol, *values),
+                    lambda symbol: lo.mean_prim_func(symbol, *values),
+                    [x.ravel(), np.zeros(outer * inner, np.int8), np.zeros(inner, np.int32),
+                     p.table], 1, ort.global_average(x, (1, 2), p).reshape(-1))
+
+
 def binary_case(nrng, kernel: str) -> Case:
     shape = tuple(int(v) for v in nrng.integers(1, 9, int(nrng.integers(1, 5))))
     quant = [(float(np.exp(nrng.uniform(-4, 0))), int(nrng.integers(-128, 128)))
@@ -290,7 +306,7 @@ def binary_case(nrng, kernel: str) -> Case:
 def softmax_case(nrng, kernel: str, dtype: str = "uint8") -> Case:
     rows, depth = int(nrng.integers(1, 5)), int(nrng.integers(1, 41))
     x_quant = (float(np.exp(nrng.uniform(-5, 0))), int(nrng.integers(-128, 128)))
-    y_quant = (float(np.exp(nrng.uniform(-9, -2))), int(nrng.integers(-128, 128)))
+    y_quant = (1.0 / float(nrng.uniform(100, 300)), int(nrng.integers(-128, 128)))
     p = ort.softmax_params(kernel, x_quant, y_quant, depth, dtype)
     x = nrng.integers(-128, 128, (rows, depth), dtype=np.int8)
     x[0, :] = x[0, 0]                                           # a flat row
@@ -328,6 +344,7 @@ def all_cases() -> list[Case]:
             cases.append(fully_connected_case(nrng, floating, gather))
     cases.append(fully_connected_case(nrng, True, False, bias=False))
     cases += [mean_case(nrng) for _ in range(3)]
+    cases += [float_mean_case(nrng) for _ in range(3)]
     for kernel in ("QLinearAdd", "QLinearMul", "Add", "Mul"):
         cases += [binary_case(nrng, kernel) for _ in range(3)]
     cases += [softmax_case(nrng, "QLinearSoftmax", dtype) for dtype in ("uint8", "int8")]
@@ -428,6 +445,12 @@ def test_requantization_specification_is_float32_arithmetic():
         want = np.clip(np.rint(acc.astype(np.int32).astype(f32) * scale), -128 - zp,
                        127 - zp) + zp
         assert np.array_equal(ort.requantize(acc, m, e, zp), want.astype(np.int8))
+
+
+def test_an_overflowing_qlinear_softmax_is_refused():
+    """onnxruntime's QLinearSoftmax overflows float32 for tiny output scales: refused."""
+    with pytest.raises(ref.ReferenceError, match="overflows"):
+        ort.softmax_params("QLinearSoftmax", (0.1, 0), (1 / 5000, -128), 8)
 
 
 def test_kernel_options_are_checked():

@@ -216,7 +216,7 @@ class _Calls:
             pool = OrtPool(p.qlinear, p.order, p.include_pad, p.output_scale,
                            p.output_zero_point, p.offset)
             spec = LayerSpec.avg_pool2d(in_hwc, ort_pool=pool, **geometry, **workspace)
-            tables = [Table("table", "float32", p.table)]
+            tables = [Table("table", "int32", p.table.view(np.int32))]
         else:
             if _scale_zp(x) != _scale_zp(out):
                 raise self.unsupported("input and output quantization differ")
@@ -283,16 +283,15 @@ class _Calls:
             raise CodegenError(f"{self.model.where(self.op)}: in place only as one reduction "
                                "block")
         (si, zi), (so, zo) = _scale_zp(x), _scale_zp(out)
-        if self.ort:
-            axes, p = ort.global_mean(self.model, self.op)
-            if isinstance(p, ort.PoolParams):
-                if axes != (1, 2):
-                    raise self.unsupported("onnxruntime's float GlobalAveragePool runs on an "
-                                           "NHWC tensor only")
-                return self.ort_global_pool(p)
-            values = (self.name, outer, reduce, inner, zi, int(p.multiplier[0]),
-                      int(p.shift[0]), zo, "onnxruntime")
-            return self.prim([Operand(0), Result(), Scratch("int32", inner)],
+        if self.ort:      # QLinearGlobalAveragePool, or the float GlobalAveragePool
+            p = ort.global_mean(self.model, self.op)[1]
+            floating = isinstance(p, ort.PoolParams)
+            values = (self.name, outer, reduce, inner, zi,
+                      *((0, 0) if floating else (int(p.multiplier[0]), int(p.shift[0]))), zo,
+                      "onnxruntime",
+                      lo.FloatMean(p.output_scale, p.output_zero_point) if floating else None)
+            tables = [Table("table", "float32", p.table)] if floating else []
+            return self.prim([Operand(0), Result(), Scratch("int32", inner), *tables],
                              partial(lo.mean_kernel, *values),
                              partial(lo.mean_prim_func, *values))
         multiplier, shift = quantize_multiplier(float(si) / float(so))
@@ -302,20 +301,6 @@ class _Calls:
                   zo)
         return self.prim([Operand(0), Result(), Scratch("int32", inner)],
                          partial(lo.mean_kernel, *values), partial(lo.mean_prim_func, *values))
-
-    def ort_global_pool(self, p: ort.PoolParams) -> KernelCall:
-        """A MEAN over height and width run as onnxruntime's float GlobalAveragePool: the
-        channel-wise pool kernel over the whole input (its global summation order)."""
-        x = self.activation(0)
-        hwc = tuple(int(d) for d in x.shape[1:])
-        workspace = {"workspace_bytes": self.node.inplace} if self.in_place else {}
-        pool = OrtPool(p.qlinear, p.order, p.include_pad, p.output_scale, p.output_zero_point,
-                       p.offset)
-        spec = LayerSpec.avg_pool2d(hwc, kernel=hwc[:2], stride=(1, 1), ort_pool=pool,
-                                    **workspace)
-        buffers = [Result()] if self.in_place else [Operand(0), Result()]
-        return self.call(buffers + [Table("table", "float32", p.table),
-                                    Scratch("int32", spec.scratch_elements)], spec=spec)
 
     def fully_connected(self) -> KernelCall:
         x = self.activation(0)

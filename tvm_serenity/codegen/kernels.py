@@ -527,16 +527,16 @@ def _emit_channelwise_kernel(spec: LayerSpec, x, y, buffers: dict):
     depthwise = op == "depthwise_conv2d"
     channel_first = spec.plane_per_channel
     offset = -spec.input_zero_point if depthwise else 0
-    ort = spec.ort_pool             # onnxruntime's average pool: the rows hold float32 values
-    pad = -128 if op == "max_pool2d" else _f32(0) if ort else 0
+    ort = spec.ort_pool         # onnxruntime's average pool: the rows hold float32 bit patterns
+    pad = -128 if op == "max_pool2d" else 0         # 0: also the bits of +0.0
     scratch = buffers["scratch"]
     rows_len = cols * kh_n
     weights_len = kh_n * kw_n if depthwise else 0
-    rows = _view(scratch.data, "rows", "float32" if ort else "int32", rows_len, 0)
+    rows = _view(scratch.data, "rows", "int32", rows_len, 0)
 
     def tap(value):
-        """What the rows hold for an input value: it dequantized (onnxruntime's pool), or
-        widened and shifted."""
+        """What the rows hold for an input value: its dequantized float32's bits
+        (onnxruntime's pool), or it widened and shifted."""
         if ort:
             return buffers["table"][_cast("int32", value) + 128]
         return _cast("int32", value) + offset
@@ -760,8 +760,13 @@ def _ort_window_sum(order: str, rows, acc, count: int, first, step, kh_n: int, k
     ``"vector"``: each column's rows, then the columns; ``"global"`` (one output, the window
     the whole input): four lanes over the window row by row, ``(l0 + l2) + (l1 + l3)``, then
     the taps past the last full four."""
+    tap = _local("tap", 1, "float32")
+
     def at(i, kh, kw):
-        return rows[first + i * step + kw * kh_n + kh]
+        """The float32 whose bits the int32 row buffer holds (``memcpy``: no type punning;
+        the compilers make it a register move)."""
+        _memcpy(tap[0], rows[first + i * step + kw * kh_n + kh])
+        return tap[0]
 
     if order == "generic":
         with _loop("kh", kh_n) as kh:

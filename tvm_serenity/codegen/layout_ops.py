@@ -121,13 +121,32 @@ def _check_mean(name, outer, reduce, inner, input_zero_point, multiplier, shift,
                                                                            shift)
 
 
+@dataclass(frozen=True)
+class FloatMean:
+    """A MEAN computed as onnxruntime's float GlobalAveragePool (``MlasPoolGlobalKernel``):
+    the output's quantization; the ``table`` parameter dequantizes the input."""
+
+    output_scale: float
+    output_zero_point: int
+
+
 def mean_prim_func(name: str, outer: int, reduce: int, inner: int, input_zero_point: int,
                    multiplier: int, shift: int, output_zero_point: int,
-                   arithmetic: str = "tflite") -> tirx.PrimFunc:
+                   arithmetic: str = "tflite",
+                   float_mean: FloatMean | None = None) -> tirx.PrimFunc:
     """``(input int8[outer*reduce*inner], output int8[outer*inner], acc int32[inner])``:
     TFLM's ``QuantizedMeanOrSum`` (mean) over the middle axis (module docstring), or with
     ``arithmetic="onnxruntime"`` QLinearGlobalAveragePool (the same sums requantized by
-    :func:`.kernels.ort_requantize`, ``(multiplier, shift)`` the scale's ``(M, E)``)."""
+    :func:`.kernels.ort_requantize`, ``(multiplier, shift)`` the scale's ``(M, E)``); with
+    ``float_mean`` the float GlobalAveragePool (``..., table float32[256]``,
+    :func:`_emit_float_mean`)."""
+    if float_mean is not None:
+        if min(outer, reduce, inner) < 1:
+            raise CodegenError(f"{name}: empty MEAN ({outer}x{reduce}x{inner})")
+        return prim_func(name, [("input", outer * reduce * inner, "int8"),
+                                ("output", outer * inner, "int8"), ("acc", inner, "int32"),
+                                ("table", 256, "float32")],
+                         lambda *b: _emit_float_mean(float_mean, outer, reduce, inner, *b))
     _check_mean(name, outer, reduce, inner, input_zero_point, multiplier, shift,
                 output_zero_point, arithmetic)
     requantizer = ort_requantize if arithmetic == "onnxruntime" else requantize
@@ -146,18 +165,47 @@ def mean_prim_func(name: str, outer: int, reduce: int, inner: int, input_zero_po
                             ("output", outer * inner, "int8"), ("acc", inner, "int32")], emit)
 
 
+def _emit_float_mean(p: FloatMean, outer: int, reduce: int, inner: int, x, y, acc, table):
+    """Per output: the dequantized values summed in four float32 lanes over the reduced axis
+    (``MlasPoolGlobalKernel``: lane ``r % 4`` for the values before the last full four,
+    ``(l0 + l2) + (l1 + l3)``, then the rest in order), divided by the count, quantized; a
+    block's codes wait in ``acc`` until all its values are read (in place, any overlap of
+    input and output is safe for one block)."""
+    lanes = _local("lanes", 4, "float32")
+    body = reduce // 4 * 4
+    with _nest(["o"], [outer]) as (o,):
+        with _nest(["i"], [inner]) as (i,):
+            for lane in range(4):
+                _store(lanes, lane, _f32(0))
+            with _nest(["r"], [reduce]) as (r,):
+                value = table[_cast("int32", x[o * (reduce * inner) + r * inner + i]) + 128]
+                _store(lanes, r & 3, lanes[r & 3] + tirx.Select(r < body, value, _f32(0)))
+            _store(lanes, 0, (lanes[0] + lanes[2]) + (lanes[1] + lanes[3]))
+            for r in range(body, reduce):
+                _store(lanes, 0, lanes[0] + table[_cast(
+                    "int32", x[o * (reduce * inner) + r * inner + i]) + 128])
+            _store(acc, i, quantize_linear(tirx.Div(lanes[0], _cast("float32", reduce)),
+                                           p.output_scale, p.output_zero_point))
+        with _nest(["i"], [inner]) as (i,):
+            _store(y, o * inner + i, _cast("int8", acc[i]))
+
+
 def mean_kernel(name: str, outer: int, reduce: int, inner: int, input_zero_point: int,
                 multiplier: int, shift: int, output_zero_point: int,
-                arithmetic: str = "tflite") -> OpKernel:
+                arithmetic: str = "tflite", float_mean: FloatMean | None = None) -> OpKernel:
     """TFLM's ``QuantizedMeanOrSum`` (mean) over the middle axis of ``(outer, reduce,
     inner)``, :func:`mean_prim_func` as C; ``multiplier``/``shift`` are already divided by the
-    element count as TFLM does (``frontend.reference.mean_int8``), or onnxruntime's scale
-    (``arithmetic``). ``acc`` holds ``inner`` int32 sums (``scratch32``)."""
+    element count as TFLM does (``frontend.reference.mean_int8``), or onnxruntime's
+    (``arithmetic``, ``float_mean``). ``acc`` holds ``inner`` int32 sums or codes
+    (``scratch32``)."""
     func = mean_prim_func(name, outer, reduce, inner, input_zero_point, multiplier, shift,
-                          output_zero_point, arithmetic)
-    return op_kernel(name, f"MEAN: {outer} block(s) of {reduce} x {inner} int8 -> {outer} x "
-                   f"{inner}; a block's sums are\n * complete before its outputs are written.",
-                   func, ["input"], scratch32=inner)
+                          output_zero_point, arithmetic, float_mean)
+    what = "float GlobalAveragePool (onnxruntime)" if float_mean else (
+        "QLinearGlobalAveragePool (onnxruntime)" if arithmetic == "onnxruntime" else "TFLM")
+    return op_kernel(name, f"MEAN, {what}: {outer} block(s) of {reduce} x {inner} int8 -> "
+                     f"{outer} x {inner}; a block's values are\n * all read before its outputs "
+                     "are written.", func, ["input"] + (["table"] if float_mean else []),
+                     scratch32=inner)
 
 
 # ------------------------------------------------------------------ FULLY_CONNECTED

@@ -22,8 +22,8 @@ op                    parameters (``rip`` | ``dual``), then the rest
 conv2d                ``ws`` | ``input, output``; ``weight`` (int32, packed: see below),
                       ``bias``, ``multiplier``, ``shift`` (int32, ``C_out`` each), ``scratch``
 depthwise_conv2d      as conv2d with ``weight`` int8 ``KH*KW*C`` (TFLite's ``1 x KH x KW x C``)
-max/avg_pool2d        ``ws`` | ``input, output``; (``ort_pool``: ``table``, float32[256]);
-                      ``scratch``
+max/avg_pool2d        ``ws`` | ``input, output``; (``ort_pool``: ``table``, int32[256], the
+                      bits of float32 values); ``scratch``
 add                   ``ws`` (holds input 1, receives the output) | ``input, output``;
                       then ``input2`` (int8, same shape)
 depthwise, ``output_  dual only: as depthwise_conv2d, ``output`` holding ``H_out*W_out*total``
@@ -204,7 +204,9 @@ class KernelParam:
 class OrtPool:
     """An avg_pool2d with onnxruntime's arithmetic
     (:func:`~tvm_serenity.frontend.ort_arithmetic.average_pool`): the taps dequantized by the
-    ``table`` parameter (float32[256]), summed in float32 in ``order``, divided by the tap
+    ``table`` parameter (int32[256]: the bits of the float32 values, which the kernel keeps in
+    its int32 scratch and reads back by ``memcpy``, never through a float pointer into int32
+    memory), summed in float32 in ``order``, divided by the tap
     count (the window's size with ``include_pad``), then QLinearAveragePool's rounding
     (``qlinear``: ``rne(y / scale + zero point)`` in float32, in the kernel's type, whose
     codes are the int8 ones plus ``offset``) or QuantizeLinear's."""
@@ -599,7 +601,7 @@ def kernel_params(spec: LayerSpec, layout: str) -> tuple[KernelParam, ...]:
     if spec.op == "add":
         return tuple(params + [KernelParam("input2", "int8", spec.input_bytes, False)])
     if spec.ort_pool is not None:
-        params += [KernelParam("table", "float32", 256, False)]
+        params += [KernelParam("table", "int32", 256, False)]
     if spec.op in ("conv2d", "depthwise_conv2d"):
         channels = spec.geometry.out_channels
         params += [KernelParam("weight", "int32" if spec.op == "conv2d" else "int8",

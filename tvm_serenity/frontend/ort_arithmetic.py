@@ -454,6 +454,11 @@ def softmax_params(kernel: str, x: tuple[float, int], out: tuple[float, int], de
     by_code = np.array([math.exp(v) for v in (above + shift) * float(xs)]).astype(f32)
     table = by_code[::-1].copy()                        # table[d]: d below the maximum
     divisor = f32(np.floor(f32(1) / ys))
+    with np.errstate(over="ignore"):
+        if not np.isfinite(table[0] * divisor):
+            raise ReferenceError(f"QLinearSoftmax with output scale {float(ys):g} over "
+                                 f"{depth} values: onnxruntime's float32 product "
+                                 "table * floor(1 / scale) overflows")
     return SoftmaxParams(True, table, float(divisor), float(ys), int(out[1]),
                          128 if dtype == "uint8" else 0)
 
