@@ -97,6 +97,7 @@ from .builddir import (absolute, checked_model, new_build, refresh_marker, sha25
 from .files import check_fields, read_json
 from .frontend import Interpreter, load_tflite, tflite_to_graph
 from .frontend.builder import tflite_bytes
+from .frontend.ort_arithmetic import is_onnxruntime
 from .frontend.relax_import import OperatorDescription, from_tflite
 from .frontend.relax_lift import operators_of
 from .frontend.tflite_model import Tensor, TFLiteModel
@@ -525,6 +526,9 @@ def _compile(front_end, source: Path, target: str, out_dir, marker: dict, *, for
     out = absolute(out_dir)
     with new_build(out_dir, KIND, force=force, derived=DERIVED, extra=marker) as tmp:
         core, relax_entry = front_end(tmp)
+        if rewrite and any(is_onnxruntime(op.options) for op in core.model.operators):
+            raise SerenityError("identity rewriting (rewrite) does not implement onnxruntime's "
+                                "arithmetic (an ONNX model's operators): compile without it")
         search = Deadline.of(time_limit, DEFAULT_TIME_LIMIT)   # schedule + arena together
         mod = from_tflite(core.model)
         if not rewrite:

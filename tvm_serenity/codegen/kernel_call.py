@@ -229,18 +229,15 @@ class _Calls:
                          spec=spec)
 
     def ort_binary(self) -> KernelCall:
-        """ADD / MUL with onnxruntime's arithmetic (:func:`.elementwise_ops.ort_binary_kernel`:
-        two activations of the output's shape; in place, input 1 is overwritten element by
-        element after it is read)."""
-        a, b = self.activation(0), self.activation(1)
-        if not a.shape == b.shape == self.out.shape or self.elements != self.out.size:
-            raise self.unsupported("onnxruntime's arithmetic takes two activations of the "
-                                   "output's shape, whole")
-        p = ort.elementwise_params(self.model, self.op)
+        """ADD / MUL with onnxruntime's arithmetic (:func:`.elementwise_ops.ort_binary_kernel`
+        over the node's elements: two activations of the output's shape; in place, input 1
+        is overwritten element by element after it is read)."""
+        self.activation(0), self.activation(1)
+        p = ort.elementwise_params(self.model, self.op)       # two same-shape activations
         tables = {"QLinearAdd": [Table("table", "float32", p.table)], "QLinearMul": []}.get(
             p.kernel, [Table("table_a", "float32", p.table_a), Table("table", "float32",
                                                                      p.table)])
-        shape = tuple(self.out.shape)
+        shape = (self.elements,)            # elementwise: the node's elements (a patch's too)
         return self.prim([Operand(0), Operand(1), Result(), *tables],
                          partial(ew.ort_binary_kernel, self.name, shape, p),
                          partial(ew.ort_binary_prim_func, shape, p, symbol=self.name))
