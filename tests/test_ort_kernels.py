@@ -13,13 +13,12 @@ import dataclasses
 import random
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 import pytest
 import tvm
-from tvm import tirx
 
 from test_codegen_kernels import random_spec
 

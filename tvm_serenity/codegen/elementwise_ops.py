@@ -12,8 +12,8 @@ float QUANTIZE's float32 division by the scale is the operator's own arithmetic)
 ``<op>_kernel`` refuses what the kernel cannot do (a :class:`~.spec.CodegenError` naming it)
 and returns the :class:`.ops.OpKernel` the graph emitter calls, whose ``source`` is the
 PrimFunc (built by :func:`.kernels.prim_func`) lowered by :func:`.plain_c.op_kernel` as
-``static void name(...)`` with the parameters below. The C needs ``<stdint.h>`` and, for the float edges, ``<string.h>``
-(``memcpy``); it calls no helper.
+``static void name(...)`` with the parameters below. The C needs ``<stdint.h>`` and, for the
+float edges, ``<string.h>`` (``memcpy``); it calls no helper.
 
 Buffer parameters, in this order (``elements``-long int8 unless stated):
 

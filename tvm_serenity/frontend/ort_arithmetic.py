@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 
@@ -74,11 +74,12 @@ from . import reference as ref
 from .reference import INT8_MAX, INT8_MIN, ReferenceError
 from .tflite_model import UnsupportedOperatorError
 
-__all__ = ["ONNXRUNTIME", "ARITHMETIC", "KERNEL", "DTYPE", "is_onnxruntime", "rne", "fma32",
-           "quantize_linear", "dequantize_table", "scale_parts", "requantize", "OrtRequant",
-           "requant_of", "conv_params", "AddParams", "add_params", "elementwise_params",
-           "add_int8", "PoolParams", "pool_params", "average_pool_params", "average_pool",
-           "global_mean", "global_average", "mean_requant", "fully_connected_params", "SoftmaxParams", "softmax_params",
+__all__ = ["ONNXRUNTIME", "ARITHMETIC", "KERNEL", "DTYPE", "FLOAT_KERNELS", "is_onnxruntime",
+           "reproduced", "rne", "fma32", "quantize_linear", "dequantize_table", "scale_parts",
+           "requantize", "OrtRequant", "requant_of", "conv_params", "AddParams", "add_params",
+           "elementwise_params", "add_int8", "PoolParams", "pool_params",
+           "average_pool_params", "average_pool", "global_mean", "global_average",
+           "mean_requant", "fully_connected_params", "SoftmaxParams", "softmax_params",
            "softmax", "FullyConnectedFloat", "fully_connected_float", "unary_table",
            "mlas_logistic", "mlas_exp", "prepare"]
 
@@ -90,9 +91,25 @@ f32, f64 = np.float32, np.float64
 _CODES = np.arange(INT8_MIN, INT8_MAX + 1, dtype=np.int64)     # the 256 int8 codes
 
 
+#: the ``ort_kernel`` values onnxruntime runs in float (between DequantizeLinear and
+#: QuantizeLinear).
+FLOAT_KERNELS = frozenset({"Conv", "Gemm", "MatMul", "Add", "Mul", "AveragePool",
+                           "GlobalAveragePool", "Softmax"})
+
+
 def is_onnxruntime(options) -> bool:
     """Whether an operator's options ask for onnxruntime's arithmetic."""
     return options.get(ARITHMETIC) == ONNXRUNTIME
+
+
+def reproduced(model, op) -> bool:
+    """Whether ``op`` computes exactly onnxruntime's values: all but a float Conv and a
+    several-row float Gemm / MatMul, whose MLAS summation order is not reproduced (within
+    1 LSB, note [4] above)."""
+    kernel = op.options.get(KERNEL)
+    out = model.tensors[op.outputs[0]]
+    return not (kernel == "Conv" or kernel in ("Gemm", "MatMul")
+                and out.size > out.shape[-1])
 
 
 # ============================================================================== primitives

@@ -33,7 +33,6 @@ import dataclasses
 from typing import Callable
 
 import numpy as np
-import tvm
 from tvm import relax
 
 from ..frontend import ort_arithmetic as ort
