@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import tvm
 
-from test_codegen_kernels import random_spec
+from test_codegen_kernels import cortex_m0plus_symbols, random_spec
 
 from tvm_serenity.codegen import (LayerSpec, emit_c_kernel, kernel_params, make_prim_func,
                                   pack_conv2d_weight)
@@ -400,14 +400,7 @@ def test_kernels_build_for_cortex_m0plus(cases, tmp_path):
     calls nothing but libgcc's arithmetic helpers and memcpy (no libm, no TVM)."""
     source = "#include <stdint.h>\n#include <string.h>\n" + "\n".join(
         case.c(f"k{i}") for i, case in enumerate(cases)).replace("#include <stdint.h>", "")
-    (tmp_path / "kernels.c").write_text(source.replace("static void k", "void k"))
-    subprocess.run([ARM_CC, "-mcpu=cortex-m0plus", "-mthumb", "-Os", "-ffreestanding",
-                    "-std=c99", "-Wall", "-Wextra", "-Werror", "-c", "kernels.c", "-o",
-                    "kernels.o"], cwd=tmp_path, check=True, capture_output=True, text=True)
-    nm = shutil.which("arm-none-eabi-nm") or "nm"
-    symbols = subprocess.run([nm, "kernels.o"], cwd=tmp_path, check=True, capture_output=True,
-                             text=True).stdout
-    undefined = {line.split()[-1] for line in symbols.splitlines() if " U " in line}
+    _, undefined = cortex_m0plus_symbols(source.replace("static void k", "void k"), tmp_path)
     assert all(s.startswith("__aeabi_") or s == "memcpy" for s in undefined), undefined
 
 

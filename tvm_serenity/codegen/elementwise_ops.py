@@ -59,6 +59,17 @@ How each kernel computes:
   their exact product has at most 24 + 9 significant bits, so double then float rounds
   once, like the float32 product (no soft double on a Cortex-M0+).
 
+onnxruntime's arithmetic (operators of an ONNX QDQ model,
+:mod:`tvm_serenity.frontend.ort_arithmetic` the specification): ``ort_binary`` (``input1,
+input2, output`` and the float32[256] tables of :class:`~tvm_serenity.frontend.
+ort_arithmetic.AddParams`) computes QLinearAdd (exact ``fmaf`` in float64,
+:func:`.kernels.fma32`), QLinearMul (:func:`.kernels.ort_requantize`) or the float Add / Mul
+between DequantizeLinear and QuantizeLinear over same-shape operands; ``ort_softmax``
+(``input, output, table``) QLinearSoftmax or the float Softmax (MLAS's exp polynomial, 16
+float32 lanes); ``float_quantize`` with ``arithmetic="onnxruntime"`` is ``QuantizeLinear``
+(``x / scale``, clamped, half to even). Each reads element ``i`` before writing it (a
+softmax row whole first): exact alias is safe.
+
 No arithmetic relies on unsigned wrap-around: TVM's llvm back end emits uint32 additions,
 subtractions and products with ``nuw`` (and int32 ones with ``nsw``), so a wrapping one is
 poison there (measured: SOFTMAX's Newton step written as the wrapping

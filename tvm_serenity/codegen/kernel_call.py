@@ -28,6 +28,16 @@ patch plan (:mod:`tvm_serenity.rewrite.patch`) describes its region: an elementw
 element count is the node's shape, a window kernel's input shape and padding are the node's
 and its row pitches those of ``attrs["patch"]``.
 
+An operator whose options ask for onnxruntime's arithmetic (``"arithmetic": "onnxruntime"``,
+an ONNX QDQ model's; :mod:`tvm_serenity.frontend.ort_arithmetic` is the specification) runs the
+same kernels with that arithmetic's options, decided from its ``ort_kernel``: conv2d /
+depthwise_conv2d with ``LayerSpec.arithmetic`` (onnxruntime's requantization), avg_pool2d with
+``LayerSpec.ort_pool`` (float32 sums), MEAN and FULLY_CONNECTED with ``arithmetic`` (and
+:class:`.layout_ops.FloatMean` / :class:`.layout_ops.FloatGemm` for the float kernels), ADD /
+MUL as :func:`.elementwise_ops.ort_binary_kernel`, SOFTMAX as
+:func:`.elementwise_ops.ort_softmax_kernel`, RELU / RELU6 / LOGISTIC / HARD_SWISH / an int8
+QUANTIZE as 256-entry tables of the specification, a float QUANTIZE as ``QuantizeLinear``.
+
 Refusals are :class:`~tvm_serenity.frontend.tflite_model.UnsupportedOperatorError` naming the
 operator (``<model>: operator #k (OP)``) or a kernel generator's
 :class:`~.spec.CodegenError`.

@@ -85,6 +85,18 @@ Requantization is TFLite's ``MultiplyByQuantizedMultiplier`` with double roundin
 same expression is emitted inline in every kernel (these and those of :mod:`.layout_ops` and
 :mod:`.elementwise_ops`); :func:`requantize_prim_func` wraps it alone, as the C function
 ``serenity_mbqm`` the tests check exhaustively on edge values and millions of random ones.
+
+onnxruntime's arithmetic (``spec.arithmetic == "onnxruntime"``, operators of an ONNX QDQ
+model, :mod:`tvm_serenity.frontend.ort_arithmetic` the specification) changes only the
+epilogues of the same kernels: :func:`ort_requantize` (``MlasRequantizeOutput``'s float32
+requantization computed exactly in 32-bit integers) in conv2d / depthwise_conv2d (and the
+FULLY_CONNECTED / MEAN / MUL kernels of the other modules), and ``spec.ort_pool``'s float32
+average pool (its rows hold float32 bit patterns, summed in MLAS's order). The float helpers
+(:func:`rne_float`, :func:`quantize_linear`, :func:`fma32`, :func:`float32_const`) make
+every float32 operation its own statement through a local array; the C is compiled as ISO C
+(``-std=c99``: GCC contracts nothing; Clang only within one expression) and the targets'
+float is soft float or SSE without FMA, so the IEEE operations run one by one in the
+specification's order.
 """
 
 from __future__ import annotations
@@ -314,8 +326,6 @@ def ort_requantize(acc, multiplier, shift):
     * ``rne(q * 2^-g)`` with ``g = shift - t - (8 - z + carry)``: ``g <= 8`` means
       ``|result| >= 2^15`` (saturated), ``g >= 25`` a result of 0 (``q <= 2^24``).
     """
-    # the steps go through a local array: TVM expands a let chain whose values are read
-    # several times into an exponentially large expression
     # every step goes through the local arrays: TVM's passes expand a let chain whose values
     # are read several times into an exponentially large expression
     w = _local("ort", 12)

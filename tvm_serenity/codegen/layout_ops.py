@@ -27,6 +27,11 @@ both). Strided byte copies go through ``uint8`` views of row pointers (``int8_t 
 * **FULLY_CONNECTED** (``input, output, weight, bias, multiplier, shift[, scratch]``): per row
   ``acc = bias[u] + sum_d weight[u*depth + d] * (x[d] - zp_in)`` requantized with the per-unit
   tables; with ``gather`` the row's ``x - zp_in`` is first copied into the int16 ``scratch``.
+* With onnxruntime's arithmetic (``arithmetic="onnxruntime"``, operators of an ONNX QDQ
+  model) MEAN is QLinearGlobalAveragePool and FULLY_CONNECTED QGemm / QLinearMatMul: the same
+  sums requantized by :func:`.kernels.ort_requantize`; :class:`FloatMean` (float
+  GlobalAveragePool, MLAS's four lanes) and :class:`FloatGemm` (float Gemm, MLAS's one-row
+  kernel) compute in float32 from a ``table`` dequantizing the input.
 * **TRANSPOSE**, **CONCATENATION** (``input0, input1, ..., output``), **PAD**,
   **STRIDED_SLICE** (rank <= 4, padded to 4 with leading axes of size 1) and
   **RESIZE_NEAREST_NEIGHBOR** (``input, output, rows, cols``: the reference's source row

@@ -1,4 +1,5 @@
-"""Import an int8 ONNX model in QDQ form as Relax with integer semantics (TFLite's arithmetic).
+"""Import an int8 ONNX model in QDQ form as Relax integer kernels computing onnxruntime's
+arithmetic (or TFLite's).
 
 onnxruntime's ``quantize_static(..., quant_format=QDQ, activation_type=QInt8,
 weight_type=QInt8, per_channel=True)`` writes every operator as
@@ -29,19 +30,30 @@ the model with TVM's frontend and then
    merges with that move, so an input moved to NCHW and back reads the input itself.
    Two forms are made explicit for TFLite's kernels: ``quantize(reshape(dequantize(q)))`` with
    one quantization becomes an int8 ``reshape(q)``, and a Concat whose inputs are quantized
-   differently from its output (and a Softmax quantized to other than TFLite's 1/256) gets its
-   inputs (its output) requantized first, as onnxruntime's QLinearConcat (QLinearSoftmax) does;
+   differently from its output gets its inputs requantized first, as onnxruntime's
+   QLinearConcat does (with TFLite's arithmetic a Softmax quantized to other than TFLite's
+   1/256 gets its output requantized too);
 2. runs :class:`~tvm_serenity.passes.fakequant.LowerFakeQuant`, which replaces each
-   ``dequantize -> op -> quantize`` by an integer kernel with TFLite's fixed-point arithmetic;
+   ``dequantize -> op -> quantize`` by an integer kernel. With ``arithmetic="onnxruntime"``
+   (the default) :mod:`~tvm_serenity.passes.ort_fakequant` first decides, on the imported
+   graph, what onnxruntime 1.32 runs on x86 for each node (the int8 / uint8 type of every
+   quantized tensor after its QDQS8ToU8Transformer, then whether the node fuses into a
+   QLinear kernel or runs in float between DequantizeLinear and QuantizeLinear), and each
+   kernel's description carries ``"arithmetic": "onnxruntime"`` and that kernel
+   (:mod:`.ort_arithmetic`, the specification, says what is reproduced exactly: everything
+   but a float Conv and a several-row float Gemm, whose MLAS summation order is not, within
+   1 LSB); with ``"tflite"`` the kernels compute TFLite's fixed point;
 3. **checks** that nothing is left in float: ``main`` may only call kernels, move int8 data
    (``reshape`` / ``permute_dims``) and dequantize its outputs. Anything else raises
    :class:`ONNXError` naming the ONNX node and operator.
 
-The rounding differs from onnxruntime's (float requantization, round half to even), so outputs
-are compared in int8 LSBs: :func:`onnx_reference_int8` runs onnxruntime and returns the int8
-tensors feeding the final DequantizeLinear nodes (an int8 output as it is),
-:func:`quantize_outputs` turns the Relax module's float outputs back into those int8 tensors (an
-exact inverse of the final ``dequantize``) and :func:`compare_int8` measures the difference.
+Outputs are compared with onnxruntime in int8 LSBs: :func:`onnx_reference_int8` runs
+onnxruntime (default session options) and returns the int8 tensors feeding the final
+DequantizeLinear nodes (an int8 output as it is), :func:`quantize_outputs` turns the Relax
+module's float outputs back into those int8 tensors (an exact inverse of the final
+``dequantize``) and :func:`compare_int8` measures the difference. The Relax expressions of the
+kernels (what ``--target llvm`` legalizes) still compute TFLite's fixed point except for the
+lookup tables; the reference interpreter and the MCU kernels compute onnxruntime's.
 """
 
 from __future__ import annotations

@@ -199,17 +199,11 @@ def requantize(acc, multiplier, shift, zero_point: int, act_min: int = INT8_MIN,
 
 
 @dataclass(frozen=True)
-class OrtRequant:
+class OrtRequant(ref.Requant):
     """An int32 accumulator to int8 as :func:`requantize` computes it; ``multiplier`` /
-    ``shift`` are ``(M, E)`` of each scale (arrays along the last axis, or scalars). Called
-    like :class:`~.reference.Requant`, so the reference's integer kernels (convolutions, fully
-    connected) accumulate and hand over to it."""
-
-    multiplier: np.ndarray
-    shift: np.ndarray
-    output_zero_point: int
-    act_min: int = INT8_MIN
-    act_max: int = INT8_MAX
+    ``shift`` are ``(M, E)`` of each scale (arrays along the last axis, or scalars). A
+    :class:`~.reference.Requant` with onnxruntime's formula, so the reference's integer
+    kernels (convolutions, fully connected) accumulate and hand over to it."""
 
     def __call__(self, acc) -> np.ndarray:
         return requantize(acc, self.multiplier, self.shift, self.output_zero_point,
