@@ -36,7 +36,7 @@ from tvm_serenity.frontend.onnx_import import (compare_int8, from_onnx, onnx_ref
                                                quantize_outputs)
 from tvm_serenity.frontend.reference import Interpreter
 from tvm_serenity.frontend.relax_lift import operators_of
-from tvm_serenity.frontend.tflite_model import parse_tflite
+from tvm_serenity.frontend.tflite_model import UnsupportedOperatorError, parse_tflite
 from tvm_serenity.zoo import onnx_cnns
 
 ort_runtime = pytest.importorskip("onnxruntime")
@@ -302,6 +302,25 @@ def test_tflite_arithmetic_is_still_available(zoo):
     assert not any(ort.is_onnxruntime(op.options) for op in lifted.operators)
     with pytest.raises(ValueError, match="arithmetic"):
         from_onnx(zoo["pools_concat", False], arithmetic="float")
+
+
+def test_a_broadcasting_add_is_refused_naming_the_operator(tmp_path):
+    """onnxruntime's QLinearAdd of a per-channel constant (a broadcast) is not implemented:
+    refused in one line naming the operator before any C is written."""
+    n = onnx_cnns.Net(0)
+    first = n.node("Add", ["x", "x2"], "pre")
+    y = n.node("Add", [first, n.const("b", np.arange(4.0).reshape(1, 4, 1, 1))], "y")
+    graph = helper.make_graph(
+        n.nodes, "broadcast",
+        [helper.make_tensor_value_info(k, TensorProto.FLOAT, [1, 4, 5, 5]) for k in ("x", "x2")],
+        [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, 4, 5, 5])], n.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = quantized(model, {"x": 1.0, "x2": 1.0}, tmp_path, 0, False)
+    with pytest.raises(UnsupportedOperatorError, match=r"operator \d+ \(ADD\): onnxruntime's "
+                       "arithmetic is implemented for two activations of the output's shape"):
+        micro.build_model(path, "host", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.slow
