@@ -463,6 +463,19 @@ ARM_CC = shutil.which("arm-none-eabi-gcc")
 needs_host_cc = pytest.mark.skipif(HOST_CC is None, reason="no host C compiler")
 
 
+def cortex_m0plus_symbols(source: str, tmp_path, *flags: str) -> tuple[str, set[str]]:
+    """``source`` compiled for the Pico's Cortex-M0+ (-Os, freestanding, C99, -Wall -Wextra
+    -Werror, and ``flags``): the object's ``nm -S`` listing and its undefined symbols."""
+    (tmp_path / "kernels.c").write_text(source)
+    subprocess.run([ARM_CC, "-mcpu=cortex-m0plus", "-mthumb", "-Os", "-ffreestanding", *flags,
+                    "-std=c99", "-Wall", "-Wextra", "-Werror", "-c", "kernels.c", "-o",
+                    "kernels.o"], cwd=tmp_path, check=True, capture_output=True, text=True)
+    nm = shutil.which("arm-none-eabi-nm") or "nm"
+    symbols = subprocess.run([nm, "-S", "kernels.o"], cwd=tmp_path, check=True,
+                             capture_output=True, text=True).stdout
+    return symbols, set(re.findall(r"^\s+U (\S+)$", symbols, re.M))
+
+
 def _c_array(name: str, array: np.ndarray, const: bool) -> str:
     ctype = {"int8": "int8_t", "int32": "int32_t"}[array.dtype.name]
     values = ",".join(str(int(v)) for v in array.ravel())
@@ -580,17 +593,9 @@ def test_plain_c_builds_for_cortex_m0plus_without_tvm_symbols(tmp_path):
     specs = [NAMED[name]() for name in C_CASES]
     source = "\n".join(emit_c_kernel(spec, layout, f"k{i}_{layout}")
                        for i, spec in enumerate(specs) for layout in ("rip", "dual"))
-    (tmp_path / "kernels.c").write_text(source)
     # -fno-ipa-icf: GCC would otherwise fold each dual kernel into the identical RiP body
-    subprocess.run([ARM_CC, "-mcpu=cortex-m0plus", "-mthumb", "-Os", "-ffreestanding",
-                    "-fno-ipa-icf", "-std=c99", "-Wall", "-Wextra", "-Werror", "-c",
-                    "kernels.c", "-o", "kernels.o"], cwd=tmp_path, check=True,
-                   capture_output=True, text=True)
-    nm = shutil.which("arm-none-eabi-nm") or "nm"
-    symbols = subprocess.run([nm, "-S", "kernels.o"], cwd=tmp_path, check=True,
-                             capture_output=True, text=True).stdout
+    symbols, undefined = cortex_m0plus_symbols(source, tmp_path, "-fno-ipa-icf")
     assert not re.search(r"tvm|TVM", symbols)
-    undefined = set(re.findall(r"^\s+U (\S+)$", symbols, re.M))
     assert all(s.startswith("__aeabi_") for s in undefined), undefined   # libgcc helpers only
     assert "__aeabi_lmul" not in undefined            # the requantization is 32-bit only
     sizes = {name: int(size, 16) for size, kind, name in

@@ -20,6 +20,8 @@ import numpy as np
 import pytest
 import tvm
 
+from test_codegen_kernels import cortex_m0plus_symbols
+
 from tvm_serenity.codegen import layout_ops
 from tvm_serenity.codegen.ops import OpKernel
 from tvm_serenity.codegen.spec import CodegenError
@@ -321,15 +323,8 @@ def test_c_builds_for_cortex_m0plus(tmp_path):
     source = "\n".join(["#include <stdint.h>", "#include <string.h>", *definitions,
                         "void run_all(void *p) {",
                         *calls, "}", ""])
-    (tmp_path / "kernels.c").write_text(source)
-    subprocess.run([ARM_CC, "-mcpu=cortex-m0plus", "-mthumb", "-Os", "-ffreestanding",
-                    "-std=c99", "-Wall", "-Wextra", "-Werror", "-c", "kernels.c", "-o",
-                    "kernels.o"], cwd=tmp_path, check=True, capture_output=True, text=True)
-    nm = shutil.which("arm-none-eabi-nm") or "nm"
-    symbols = subprocess.run([nm, "kernels.o"], cwd=tmp_path, check=True, capture_output=True,
-                             text=True).stdout
+    symbols, undefined = cortex_m0plus_symbols(source, tmp_path)
     assert not re.search(r"tvm|TVM", symbols)
-    undefined = set(re.findall(r"^\s+U (\S+)$", symbols, re.M))
     assert all(s.startswith("__aeabi_") or s in ("memcpy", "memset") for s in undefined), \
         undefined
     assert not undefined & {"__aeabi_lmul", "__aeabi_idiv", "__aeabi_uidiv"}, undefined

@@ -1,5 +1,6 @@
 """The ``onnx`` benchmark's measurement on one model: what its table reports is real (the
-arena is the build's plan, the rp2040js run was checked, the LSB figures are onnxruntime's)."""
+arena is the build's plan, the rp2040js run was checked, the host build equals the reference,
+the LSB figures are onnxruntime's)."""
 
 import json
 
@@ -18,5 +19,7 @@ def test_measure_reports_what_the_build_and_onnxruntime_say(tmp_path):
     row = zoo_row("conv_stack", False, 2, tmp_path)
     plan = json.loads((tmp_path / "conv_stack_asym" / "pico" / "plan.json").read_text())
     assert row["arena"] == plan["arena_bytes"] and row["cycles"] > 0
-    assert row["llvm_equal"] and 0 <= row["lsb"] <= 3 and row["values"] == 2 * 10
+    # conv_stack runs two float Convs (MLAS order not reproduced): within 1 LSB
+    assert row["reference_equal"] and row["lsb"] <= 1 and row["values"] == 2 * 10
+    assert row["float"] >= row["approximate"] == 2
     assert "| conv_stack | asymmetric |" in report([row], 2, False)

@@ -1,11 +1,13 @@
 """ONNX in: small float CNNs built with ``onnx.helper``, quantized by onnxruntime
 (``quantize_static``, QDQ, int8, per-channel weights, seeded calibration), imported with
 ``tvm_serenity.frontend.onnx_import.from_onnx``, built with TVM and compared on the int8 output
-tensors with onnxruntime running the same QDQ model. TFLite's fixed-point requantization rounds
-differently from onnxruntime's float one, so an int8 value may be 1 LSB off: every operator
-alone (fed onnxruntime's int8 inputs) is held to 1 LSB; whole models to 1 LSB except where the
-differences measurably propagate (:data:`PROPAGATED`). The max LSB and the fraction of differing
-values of each output are recorded as test properties and printed (``-s``)."""
+tensors with onnxruntime running the same QDQ model. The llvm build run here legalizes the
+kernels' Relax expressions, which still compute TFLite's fixed-point requantization (it rounds
+differently from onnxruntime's float one; the reference interpreter and the MCU kernels compute
+onnxruntime's arithmetic, tested in test_onnx_ort.py), so an int8 value may be 1 LSB off: every
+operator alone (fed onnxruntime's int8 inputs) is held to 1 LSB; whole models to 1 LSB except
+where the differences measurably propagate (:data:`PROPAGATED`). The max LSB and the fraction
+of differing values of each output are recorded as test properties and printed (``-s``)."""
 
 import numpy as np
 import onnx

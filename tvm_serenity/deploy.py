@@ -100,6 +100,7 @@ from .builddir import (absolute, checked_model, new_build, refresh_marker, sha25
 from .files import check_fields, read_json
 from .frontend import Interpreter, load_tflite, tflite_to_graph
 from .frontend.builder import tflite_bytes
+from .frontend.ort_arithmetic import is_onnxruntime
 from .frontend.relax_import import OperatorDescription, from_tflite
 from .frontend.relax_lift import operators_of
 from .frontend.tflite_model import Tensor, TFLiteModel
@@ -488,7 +489,10 @@ def compile_module(mod: tvm.IRModule, target: str = "pico",
 
     def lower(tmp: Path) -> tuple[IntegerCore, dict]:
         fake_quant = LowerFakeQuant()
-        model = operators_of(fake_quant(mod), name, f"Relax module '{name}'")
+        lowered = fake_quant(mod)
+        for error in fake_quant.refused.values():      # no kernel computes it: say why
+            raise error
+        model = operators_of(lowered, name, f"Relax module '{name}'")
         (tmp / MODULE_FILE).write_bytes(tflite_bytes(model))
         marker["model_sha256"] = sha256_of(tmp / MODULE_FILE)
         passes = [{"name": "LowerFakeQuant", "lowered": dict(fake_quant.lowered)}] \
@@ -556,6 +560,9 @@ def _compile(front_end, source: Path, target: str, out_dir, marker: dict, *, for
     out = absolute(out_dir)
     with new_build(out_dir, KIND, force=force, derived=DERIVED, extra=marker) as tmp:
         core, relax_entry = front_end(tmp)
+        if rewrite and any(is_onnxruntime(op.options) for op in core.model.operators):
+            raise SerenityError("identity rewriting (rewrite) does not implement onnxruntime's "
+                                "arithmetic (an ONNX model's operators): compile without it")
         search = Deadline.of(time_limit, DEFAULT_TIME_LIMIT)   # schedule + arena together
         fold = FoldPad()
         mod = fold(from_tflite(core.model))

@@ -12,8 +12,8 @@ float QUANTIZE's float32 division by the scale is the operator's own arithmetic)
 ``<op>_kernel`` refuses what the kernel cannot do (a :class:`~.spec.CodegenError` naming it)
 and returns the :class:`.ops.OpKernel` the graph emitter calls, whose ``source`` is the
 PrimFunc (built by :func:`.kernels.prim_func`) lowered by :func:`.plain_c.op_kernel` as
-``static void name(...)`` with the parameters below. The C needs ``<stdint.h>`` and, for the float edges, ``<string.h>``
-(``memcpy``); it calls no helper.
+``static void name(...)`` with the parameters below. The C needs ``<stdint.h>`` and, for the
+float edges, ``<string.h>`` (``memcpy``); it calls no helper.
 
 Buffer parameters, in this order (``elements``-long int8 unless stated):
 
@@ -59,6 +59,17 @@ How each kernel computes:
   their exact product has at most 24 + 9 significant bits, so double then float rounds
   once, like the float32 product (no soft double on a Cortex-M0+).
 
+onnxruntime's arithmetic (operators of an ONNX QDQ model,
+:mod:`tvm_serenity.frontend.ort_arithmetic` the specification): ``ort_binary`` (``input1,
+input2, output`` and the float32[256] tables of :class:`~tvm_serenity.frontend.
+ort_arithmetic.AddParams`) computes QLinearAdd (exact ``fmaf`` in float64,
+:func:`.kernels.fma32`), QLinearMul (:func:`.kernels.ort_requantize`) or the float Add / Mul
+between DequantizeLinear and QuantizeLinear over same-shape operands; ``ort_softmax``
+(``input, output, table``) QLinearSoftmax or the float Softmax (MLAS's exp polynomial, 16
+float32 lanes); ``float_quantize`` with ``arithmetic="onnxruntime"`` is ``QuantizeLinear``
+(``x / scale``, clamped, half to even). Each reads element ``i`` before writing it (a
+softmax row whole first): exact alias is safe.
+
 No arithmetic relies on unsigned wrap-around: TVM's llvm back end emits uint32 additions,
 subtractions and products with ``nuw`` (and int32 ones with ``nsw``), so a wrapping one is
 poison there (measured: SOFTMAX's Newton step written as the wrapping
@@ -95,16 +106,16 @@ follow it in the loops.
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import tvm
 from tvm import tirx
 from tvm.script.ir_builder import tirx as T
 
-from .kernels import (_cast, _extern, _if_else, _let, _local, _loop, _store, _store_clamped,
-                      _u32, prim_func, requantize)
-from .kernels import _size as _bytes
+from ..frontend import ort_arithmetic as ort
+from .kernels import (_cast, _f32, _if_else, _let, _local, _loop, _memcpy, _store,
+                      _store_clamped, _u32, float32_const, fma32, ort_requantize, prim_func,
+                      quantize_linear, requantize, rne_float)
 from .ops import (_RECIPROCAL_32_17, _RECIPROCAL_48_17, SOFTMAX_ACCUMULATION_BITS, OpKernel,
                   _broadcast_strides, _check_int8, _check_requant, _pad4, _plus, _strides)
 from .plain_c import op_kernel
@@ -229,17 +240,19 @@ def _broadcast_loops(name: str, shape_a, shape_b, out_shape) -> list[tuple[int, 
     return loops or [(1, 1, 0, 0)]
 
 
-def _binary_prim_func(symbol: str, loops, elements_a: int, elements_b: int, element):
-    """Loops ``loops`` writing ``output`` in order, each element ``element(x, y)`` of the int32
-    operand values ``x = input1[...]``, ``y = input2[...]`` (an int8 expression)."""
+def _binary_prim_func(symbol: str, loops, elements_a: int, elements_b: int, element,
+                      tables: tuple[str, ...] = ()):
+    """Loops ``loops`` writing ``output`` in order, each element ``element(output, index, x,
+    y, *tables)`` of the int32 operand values ``x = input1[...]``, ``y = input2[...]`` (it
+    stores an int8); ``tables`` are float32[256] parameters after ``output``."""
     elements = int(np.prod([extent for extent, *_ in loops]))
 
-    def emit(first, second, output):
+    def emit(first, second, output, *table_buffers):
         def nest(depth, out, a, c):
             if depth == len(loops):
                 x = _let("x", _i32(first[a]))
                 y = _let("y", _i32(second[c]))
-                element(output, out, x, y)
+                element(output, out, x, y, *table_buffers)
                 return
             extent, so, sa, sb = loops[depth]
             if extent == 1:
@@ -250,7 +263,8 @@ def _binary_prim_func(symbol: str, loops, elements_a: int, elements_b: int, elem
         zero = tirx.const(0, "int32")
         nest(0, zero, zero, zero)
     return prim_func(symbol, [("input1", elements_a, "int8"), ("input2", elements_b, "int8"),
-                               ("output", elements, "int8")], emit)
+                               ("output", elements, "int8")]
+                     + [(name, 256, "float32") for name in tables], emit)
 
 
 def _size(shape) -> int:
@@ -320,6 +334,52 @@ def add_kernel(name: str, shape_a, shape_b, out_shape, zero_a: int, zero_b: int,
                          act_max, left_shift, name)
     return op_kernel(name, f"ADD int8: {list(shape_a)} and {list(shape_b)} -> "
                      f"{list(out_shape)} (broadcast)", func, ["input1", "input2"])
+
+
+def ort_binary_prim_func(shape, p: ort.AddParams, symbol: str = "ort_binary"
+                         ) -> tirx.PrimFunc:
+    """ADD / MUL of two ``shape`` tensors with onnxruntime's arithmetic
+    (:class:`~tvm_serenity.frontend.ort_arithmetic.AddParams`, ``p.kernel``): QLinearAdd
+    ``fma32(x + offset, ratio_a, table[y + 128])`` rounded half to even and saturated to the
+    kernel's type (``table`` a parameter); the float Add / Mul ``QuantizeLinear(table_a[x +
+    128] op table[y + 128])`` (both parameters); QLinearMul ``ort_requantize((x - za)(y -
+    zb), M, E)`` (baked in)."""
+    low, high = p.act
+    if p.kernel == "QLinearAdd":
+        top = 255 if p.offset else INT8_MAX
+
+        def element(output, index, x, y, table):
+            v = _let("v", fma32(_cast("float32", x + p.offset), float32_const(p.ratio_a),
+                                table[y + 128]), "float32")
+            code = _let("code", rne_float(v))
+            code = _select(code < top - 255, top - 255, _select(code > top, top, code))
+            _store_clamped(output, index, code - p.offset, low, high)
+        tables = ("table",)
+    elif p.kernel == "QLinearMul":
+        (za, zb), rq = p.zero_points, p.requant
+        m, e = int(rq.multiplier.reshape(-1)[0]), int(rq.shift.reshape(-1)[0])
+
+        def element(output, index, x, y):
+            _store_clamped(output, index, ort_requantize((x - za) * (y - zb), m, e)
+                           + p.output_zero_point, low, high)
+        tables = ()
+    else:
+        def element(output, index, x, y, table_a, table):
+            a, b = table_a[x + 128], table[y + 128]
+            value = _let("value", a + b if p.kernel == "Add" else a * b, "float32")
+            _store_clamped(output, index, quantize_linear(
+                value, p.output_scale, p.output_zero_point, low, high), low, high)
+        tables = ("table_a", "table")
+    return _binary_prim_func(symbol, _broadcast_loops(symbol, shape, shape, shape),
+                             _size(shape), _size(shape), element, tables)
+
+
+def ort_binary_kernel(name: str, shape, p: ort.AddParams) -> OpKernel:
+    """:func:`ort_binary_prim_func` as C (the tables after the operands and the output)."""
+    func = ort_binary_prim_func(shape, p, name)
+    tables = {"QLinearAdd": ["table"], "QLinearMul": []}.get(p.kernel, ["table_a", "table"])
+    return op_kernel(name, f"{p.kernel} (onnxruntime) of two int8 {list(shape)} tensors",
+                     func, ["input1", "input2", *tables])
 
 
 # ------------------------------------------------------------------ SOFTMAX
@@ -400,74 +460,146 @@ def softmax_kernel(name: str, rows: int, depth: int, valid_from: int) -> OpKerne
                      "zero point -128 (TFLM)", func, ["input", "exps", "terms"])
 
 
+def _mlas_exp(v):
+    """:func:`~tvm_serenity.frontend.ort_arithmetic.mlas_exp` of float32 ``v``: the
+    power of two is built in the float's bits through ``memcpy`` (no type punning)."""
+    c = ort._EXP_CONSTANTS
+    x = _let("x", _select(v > float32_const(c["lower"]), v, float32_const(c["lower"])),
+             "float32")
+    floats = _local("expf", 2, "float32")           # biased, then the power of two
+    bits = _local("expbits", 1, "uint32")
+    _store(floats, 0, fma32(x, float32_const(c["log2_reciprocal"]),
+                            float32_const(c["rounding_bias"])))
+    m = _let("m", floats[0] - float32_const(c["rounding_bias"]), "float32")
+    r = _let("r", fma32(m, float32_const(c["log2_high"]), x), "float32")
+    r = _let("r2", fma32(m, float32_const(c["log2_low"]), r), "float32")
+    poly = _local("poly", 1, "float32")
+    _store(poly, 0, float32_const(c["p"][0]))
+    for coefficient in (*c["p"][1:], c["p"][-1]):
+        _store(poly, 0, fma32(poly[0], r, float32_const(coefficient)))
+    _memcpy(bits[0], floats[0])
+    _store(bits, 0, (bits[0] << tirx.const(23, "uint32")) + tirx.const(0x3F800000, "uint32"))
+    _memcpy(floats[1], bits[0])
+    return poly[0] * floats[1]
+
+
+def ort_softmax_prim_func(rows: int, depth: int, p: ort.SoftmaxParams,
+                          symbol: str = "ort_softmax") -> tirx.PrimFunc:
+    """SOFTMAX with onnxruntime's arithmetic over ``rows`` rows of ``depth``
+    (:func:`~tvm_serenity.frontend.ort_arithmetic.softmax`; ``table`` float32[256] a
+    parameter). QLinearSoftmax: the row's maximum, the float32 sum of ``table[max - x]``, per
+    value ``rne(fl(t * divisor_scale) / sum) + zp``, capped at 255 in the kernel's type (in
+    int8 the cap's cast wraps). Float Softmax: ``e = exp(table[x + 128] - table[max + 128])``
+    (MLAS's exp), summed in 16 lanes, each ``e * (1 / sum)`` quantized; the exponentials are
+    computed twice (no buffer for them)."""
+    def emit(x, y, table):
+        state = _local("state", 1)              # the row's maximum
+        sums = _local("sums", 18, "float32")    # 16 lanes, the sum, its reciprocal
+
+        def qlinear_row(row):
+            _store(sums, 16, _f32(0))
+            with _loop("i", depth) as i:
+                _store(sums, 16, sums[16] + table[state[0] - _i32(x[row + i])])
+            with _loop("i", depth) as i:
+                t = table[state[0] - _i32(x[row + i])]
+                v = _let("v", tirx.Div(t * float32_const(p.divisor_scale), sums[16]),
+                         "float32")
+                code = _let("code", rne_float(v) + p.output_zero_point + p.offset)
+                code = _let("capped", _select(code > 255, 255, code) - p.offset)
+                if not p.offset:                    # int8: the capped value's cast wraps
+                    code = ((code + 128) & 255) - 128
+                _store(y, row + i, _cast("int8", code))
+
+        def float_row(row):
+            top = _let("top", -table[state[0] + 128], "float32")
+            for lane in range(16):
+                _store(sums, lane, _f32(0))
+            with _loop("i", depth) as i:
+                e = _let("e", _mlas_exp(top + table[_i32(x[row + i]) + 128]), "float32")
+                _store(sums, i & 15, sums[i & 15] + e)
+            for lane in range(8):
+                _store(sums, lane, sums[lane] + sums[lane + 8])
+            _store(sums, 16, ((sums[4] + sums[5]) + (sums[6] + sums[7]))
+                   + ((sums[0] + sums[1]) + (sums[2] + sums[3])))
+            _store(sums, 17, tirx.Div(_f32(1), sums[16]))
+            with _loop("i", depth) as i:
+                e = _let("e", _mlas_exp(top + table[_i32(x[row + i]) + 128]), "float32")
+                _store_clamped(y, row + i, quantize_linear(
+                    e * sums[17], p.output_scale, p.output_zero_point), INT8_MIN, INT8_MAX)
+
+        with _loop("r", rows) as r:
+            row = _let("row", r * depth)
+            _store(state, 0, INT8_MIN)
+            with _loop("i", depth) as i:
+                value = _let("value", _i32(x[row + i]))
+                _store(state, 0, _select(value > state[0], value, state[0]))
+            (qlinear_row if p.qlinear else float_row)(row)
+    return prim_func(symbol, [("input", rows * depth, "int8"), ("output", rows * depth, "int8"),
+                              ("table", 256, "float32")], emit)
+
+
+def ort_softmax_kernel(name: str, rows: int, depth: int, p: ort.SoftmaxParams) -> OpKernel:
+    """:func:`ort_softmax_prim_func` as C."""
+    if rows < 1 or depth < 1:
+        raise CodegenError(f"{name}: empty SOFTMAX ({rows}x{depth})")
+    func = ort_softmax_prim_func(rows, depth, p, name)
+    what = "QLinearSoftmax" if p.qlinear else "Softmax"
+    return op_kernel(name, f"SOFTMAX int8 as onnxruntime's {what}: {rows} row(s) of {depth}",
+                     func, ["input", "table"])
+
+
 # ------------------------------------------------------------------ float edges
-def float32_const(value: float):
-    """The float32 ``value`` as an exact TIR constant for CodeGenC (module docstring): a
-    ``FloatImm`` when its seven-digit print reads back exactly, else ``(float)M / 2^k``."""
-    v = float(np.float32(value))
-    if not math.isfinite(v):
-        raise CodegenError(f"float32_const: {value} is not a finite float32")
-    if float(np.float32(f"{v:e}")) == v:
-        return tirx.FloatImm("float32", v)
-    mantissa, exponent = math.frexp(v)
-    m, k = int(mantissa * (1 << 24)), 24 - exponent              # v = m / 2^k, |m| < 2^24
-    while m % 2 == 0 and k > 0:
-        m, k = m // 2, k - 1
-    expr = tirx.Cast("float32", tirx.const(m, "int32"))
-    while k != 0:
-        step = min(abs(k), 30)
-        power = tirx.Cast("float32", tirx.const(1 << step, "int32"))
-        expr = tirx.Div(expr, power) if k > 0 else tirx.Mul(expr, power)
-        k -= step if k > 0 else -step
-    return expr
-
-
-def _memcpy(destination, source):
-    """``memcpy(destination, source, 4)`` of two buffer elements' addresses."""
-    _extern("memcpy", T.address_of(destination), T.address_of(source), _bytes(4))
-
-
-def _f32(value: float):
-    return tirx.FloatImm("float32", float(value))
-
-
 def float_quantize_prim_func(elements: int, scale: float, zero_point: int,
-                             symbol: str = "float_quantize") -> tirx.PrimFunc:
-    """float32 -> int8 QUANTIZE, TFLM's ``AffineQuantize`` (module docstring)."""
+                             symbol: str = "float_quantize",
+                             arithmetic: str = "tflite") -> tirx.PrimFunc:
+    """float32 -> int8 QUANTIZE, TFLM's ``AffineQuantize`` (module docstring), or with
+    ``arithmetic="onnxruntime"`` its ``QuantizeLinear`` (:func:`.kernels.quantize_linear`:
+    clamped, then half to even)."""
     low, high = INT8_MIN - zero_point, INT8_MAX - zero_point     # of the rounded quotient
 
     def emit(source, output):
         with _loop("i", elements) as i:
             x = _local("x", dtype="float32")
             _memcpy(x[0], source[4 * i])
-            v = _let("v", tirx.Div(x[0], float32_const(scale)), "float32")
-            v = _let("low_clamped", _select(v >= _f32(low - 1), v, _f32(low - 1)),
-                     "float32")                                       # NaN too
-            v = _let("clamped", _select(v > _f32(high + 1), _f32(high + 1), v), "float32")
-            r = _local("r")                                # toward zero; v - r is exact
-            _store(r, 0, _i32(v))
-            fraction = _let("fraction", v - _cast("float32", r[0]), "float32")
-            # halves away from zero, as branches: the second comparison (a soft-float call on
-            # the Cortex-M0+) only runs when the first fails
-            with T.If(fraction >= _f32(0.5)):
-                with T.Then():
-                    _store(r, 0, r[0] + 1)
-                with T.Else():
-                    with T.If(fraction <= _f32(-0.5)):
-                        with T.Then():
-                            _store(r, 0, r[0] - 1)
-            _store_clamped(output, i, r[0] + zero_point, INT8_MIN, INT8_MAX)
+            if arithmetic == "onnxruntime":
+                _store_clamped(output, i, quantize_linear(x[0], scale, zero_point),
+                               INT8_MIN, INT8_MAX)
+            else:
+                _affine_quantize(output, i, x[0], scale, zero_point, low, high)
     return prim_func(symbol, [("input", 4 * elements, "int8"), ("output", elements, "int8")],
                       emit)
 
 
-def float_quantize_kernel(name: str, elements: int, scale: float, zero_point: int) -> OpKernel:
-    """float32 -> int8 QUANTIZE, TFLM's ``AffineQuantize`` (module docstring):
-    :func:`float_quantize_prim_func` as C; ``input`` points at ``4 * elements`` bytes."""
+def _affine_quantize(output, i, x, scale: float, zero_point: int, low: int, high: int):
+    """``output[i]``: TFLM's ``AffineQuantize`` of the float32 ``x`` (module docstring)."""
+    v = _let("v", tirx.Div(x, float32_const(scale)), "float32")
+    v = _let("low_clamped", _select(v >= _f32(low - 1), v, _f32(low - 1)),
+             "float32")                                       # NaN too
+    v = _let("clamped", _select(v > _f32(high + 1), _f32(high + 1), v), "float32")
+    r = _local("r")                                # toward zero; v - r is exact
+    _store(r, 0, _i32(v))
+    fraction = _let("fraction", v - _cast("float32", r[0]), "float32")
+    # halves away from zero, as branches: the second comparison (a soft-float call on
+    # the Cortex-M0+) only runs when the first fails
+    with T.If(fraction >= _f32(0.5)):
+        with T.Then():
+            _store(r, 0, r[0] + 1)
+        with T.Else():
+            with T.If(fraction <= _f32(-0.5)):
+                with T.Then():
+                    _store(r, 0, r[0] - 1)
+    _store_clamped(output, i, r[0] + zero_point, INT8_MIN, INT8_MAX)
+
+
+def float_quantize_kernel(name: str, elements: int, scale: float, zero_point: int,
+                          arithmetic: str = "tflite") -> OpKernel:
+    """float32 -> int8 QUANTIZE, TFLM's ``AffineQuantize`` (module docstring) or
+    onnxruntime's (``arithmetic``): :func:`float_quantize_prim_func` as C; ``input`` points at
+    ``4 * elements`` bytes."""
     _check_int8(name, zero_point)
     if not np.float32(scale) > 0:
         raise CodegenError(f"{name}: QUANTIZE scale {scale} must be positive")
-    func = float_quantize_prim_func(elements, scale, zero_point, name)
+    func = float_quantize_prim_func(elements, scale, zero_point, name, arithmetic)
     return op_kernel(name, f"QUANTIZE float32 -> int8: {elements} elements, "
                      f"round(x / {float(np.float32(scale))!r}f) {_plus(zero_point)}, clamped "
                      "(TFLM AffineQuantize)", func, ["input"])

@@ -28,6 +28,16 @@ element count is the node's shape, a window kernel's input shape and padding are
 and its row pitches those of ``attrs["patch"]``. A grouped CONV_2D, and a DEPTHWISE_CONV_2D
 with a depth multiplier, run as the dense convolution (zero weights outside each group).
 
+An operator whose options ask for onnxruntime's arithmetic (``"arithmetic": "onnxruntime"``,
+an ONNX QDQ model's; :mod:`tvm_serenity.frontend.ort_arithmetic` is the specification) runs the
+same kernels with that arithmetic's options, decided from its ``ort_kernel``: conv2d /
+depthwise_conv2d with ``LayerSpec.arithmetic`` (onnxruntime's requantization), avg_pool2d with
+``LayerSpec.ort_pool`` (float32 sums), MEAN and FULLY_CONNECTED with ``arithmetic`` (and
+:class:`.layout_ops.FloatMean` / :class:`.layout_ops.FloatGemm` for the float kernels), ADD /
+MUL as :func:`.elementwise_ops.ort_binary_kernel`, SOFTMAX as
+:func:`.elementwise_ops.ort_softmax_kernel`, RELU / RELU6 / LOGISTIC / HARD_SWISH / an int8
+QUANTIZE as 256-entry tables of the specification, a float QUANTIZE as ``QuantizeLinear``.
+
 Refusals are :class:`~tvm_serenity.frontend.tflite_model.UnsupportedOperatorError` naming the
 operator (``<model>: operator #k (OP)``) or a kernel generator's
 :class:`~.spec.CodegenError`.
@@ -41,6 +51,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..frontend import ort_arithmetic as ort
 from ..frontend import reference as ref
 from ..frontend.reference import (activation_range, add_params, conv_params, conv_requant,
                                   quantize_multiplier, relu6_int8, strided_slice_params)
@@ -49,7 +60,7 @@ from . import elementwise_ops as ew
 from . import layout_ops as lo
 from .kernels import make_prim_func, relax_abi
 from .ops import FLOAT_MATH, OpKernel, log_softmax_float_kernel, softmax_float_kernel
-from .spec import AddRescale, CodegenError, LayerSpec, pack_conv2d_weight
+from .spec import AddRescale, CodegenError, LayerSpec, OrtPool, pack_conv2d_weight
 
 __all__ = ["Operand", "Result", "Table", "Scratch", "KernelCall", "kernel_call", "KERNEL_OPS"]
 
@@ -157,6 +168,7 @@ class _Calls:
     def __init__(self, model: TFLiteModel, op: Operator, node, in_place: bool, name: str):
         self.model, self.op, self.node, self.in_place, self.name = model, op, node, in_place, name
         self.layout = "rip" if in_place else "dual"
+        self.ort = ort.is_onnxruntime(op.options)      # onnxruntime's arithmetic
 
     def unsupported(self, why: str) -> UnsupportedOperatorError:
         return UnsupportedOperatorError(f"{self.model.where(self.op)}: {why}", self.op.op,
@@ -227,11 +239,12 @@ class _Calls:
         workspace = {"workspace_bytes": self.node.inplace} if self.in_place else {}
         tables: list[Table] = []
         if op.op in ("CONV_2D", "DEPTHWISE_CONV_2D"):
-            params = conv_params(self.model, op)
+            params = (ort.conv_params if self.ort else conv_params)(self.model, op)
             rq = params.requant
             quant = dict(input_zero_point=params.input_zero_point,
                          output_zero_point=rq.output_zero_point, act_min=rq.act_min,
-                         act_max=rq.act_max, **workspace)
+                         act_max=rq.act_max, **workspace,
+                         arithmetic="onnxruntime" if self.ort else "tflite")
             w = self.tensor(1).data
             if op.op == "CONV_2D":
                 if a["groups"] != 1:
@@ -252,6 +265,12 @@ class _Calls:
                       Table("bias", "int32", self.bias(out.shape[3])),
                       Table("multiplier", "int32", rq.multiplier),
                       Table("shift", "int32", rq.shift)]
+        elif self.ort and op.op == "AVERAGE_POOL_2D":
+            p = ort.average_pool_params(self.model, op)
+            pool = OrtPool(p.qlinear, p.order, p.include_pad, p.output_scale,
+                           p.output_zero_point, p.offset)
+            spec = LayerSpec.avg_pool2d(in_hwc, ort_pool=pool, **geometry, **workspace)
+            tables = [Table("table", "int32", p.table.view(np.int32))]
         else:
             if _scale_zp(x) != _scale_zp(out):
                 raise self.unsupported("input and output quantization differ")
@@ -263,12 +282,28 @@ class _Calls:
         return self.call(buffers + tables + [Scratch("int32", spec.scratch_elements)],
                          spec=spec)
 
+    def ort_binary(self) -> KernelCall:
+        """ADD / MUL with onnxruntime's arithmetic (:func:`.elementwise_ops.ort_binary_kernel`
+        over the node's elements: two activations of the output's shape; in place, input 1
+        is overwritten element by element after it is read)."""
+        p = ort.elementwise_params(self.model, self.op)       # two same-shape activations
+        self.activation(0), self.activation(1)
+        tables = {"QLinearAdd": [Table("table", "float32", p.table)], "QLinearMul": []}.get(
+            p.kernel, [Table("table_a", "float32", p.table_a), Table("table", "float32",
+                                                                     p.table)])
+        shape = (self.elements,)            # elementwise: the node's elements (a patch's too)
+        return self.prim([Operand(0), Operand(1), Result(), *tables],
+                         partial(ew.ort_binary_kernel, self.name, shape, p),
+                         partial(ew.ort_binary_prim_func, shape, p, symbol=self.name))
+
     def add(self) -> KernelCall:
         """Same-shape int8 ADD of two activations (:mod:`.kernels`); in place, input 1 is
         overwritten. Broadcasting or a constant operand: :meth:`binary`."""
         op = self.op
         a, b = self.tensor(0), self.tensor(1)
         out = self.out
+        if self.ort:
+            return self.ort_binary()
         if a.data is not None or b.data is not None or not a.shape == b.shape == out.shape:
             return self.binary()
         a, b = self.activation(0), self.activation(1)
@@ -299,6 +334,17 @@ class _Calls:
             raise CodegenError(f"{self.model.where(self.op)}: in place only as one reduction "
                                "block")
         (si, zi), (so, zo) = _scale_zp(x), _scale_zp(out)
+        if self.ort:      # QLinearGlobalAveragePool, or the float GlobalAveragePool
+            p = ort.global_mean(self.model, self.op)[1]
+            floating = isinstance(p, ort.PoolParams)
+            values = (self.name, outer, reduce, inner, zi,
+                      *((0, 0) if floating else (int(p.multiplier[0]), int(p.shift[0]))), zo,
+                      "onnxruntime",
+                      lo.FloatMean(p.output_scale, p.output_zero_point) if floating else None)
+            tables = [Table("table", "float32", p.table)] if floating else []
+            return self.prim([Operand(0), Result(), Scratch("int32", inner), *tables],
+                             partial(lo.mean_kernel, *values),
+                             partial(lo.mean_prim_func, *values))
         multiplier, shift = quantize_multiplier(float(si) / float(so))
         # TFLM's QuantizedMeanOrSum folds 1/count into the multiplier (reference.mean_int8).
         s = min(reduce.bit_length() - 1, 32, 31 + shift)
@@ -316,6 +362,8 @@ class _Calls:
         units, depth = w.data.shape
         (si, zi), (so, zo) = _scale_zp(x), _scale_zp(out)
         activation = self.op.options.get("fused_activation_function", "NONE")
+        if self.ort:
+            return self.ort_fully_connected(units, depth, zi, zo)
         if w.quant.per_channel:
             rq = conv_requant(si, w.quant.scale, so, zo, activation)
             multiplier, shift = rq.multiplier, rq.shift
@@ -329,6 +377,32 @@ class _Calls:
         args = [Operand(0), Result(), Table("weight", "int8", w.data),
                 Table("bias", "int32", self.bias(units)),
                 Table("multiplier", "int32", multiplier), Table("shift", "int32", shift)]
+        if self.in_place:
+            args.append(Scratch("int16", depth))
+        return self.prim(args, partial(lo.fully_connected_kernel, *values),
+                         partial(lo.fully_connected_prim_func, *values))
+
+    def ort_fully_connected(self, units: int, depth: int, zi: int, zo: int) -> KernelCall:
+        """FULLY_CONNECTED run as onnxruntime's QGemm / QLinearMatMul (its requantization) or
+        float Gemm / MatMul (:class:`.layout_ops.FloatGemm`)."""
+        w = self.tensor(1)
+        p = ort.fully_connected_params(self.model, self.op)
+        x = self.activation(0)
+        head = [Operand(0), Result(), Table("weight", "int8", w.data)]
+        if isinstance(p, ort.FullyConnectedFloat):
+            gemm = lo.FloatGemm(p.output_scale, p.output_zero_point)
+            values = (self.name, x.size // depth, depth, units, zi, zo, *p.act, self.in_place,
+                      "onnxruntime", gemm)
+            bias = np.zeros(units, np.float32) if p.bias is None else p.bias
+            args = head + [Table("table", "float32", p.table),
+                           Table("wscale", "float32", p.weight_scales),
+                           Table("bias", "float32", bias)]
+        else:
+            values = (self.name, x.size // depth, depth, units, zi, zo, p.act_min, p.act_max,
+                      self.in_place, "onnxruntime")
+            args = head + [Table("bias", "int32", self.bias(units)),
+                           Table("multiplier", "int32", np.broadcast_to(p.multiplier, units)),
+                           Table("shift", "int32", np.broadcast_to(p.shift, units))]
         if self.in_place:
             args.append(Scratch("int16", depth))
         return self.prim(args, partial(lo.fully_connected_kernel, *values),
@@ -371,13 +445,16 @@ class _Calls:
         """int8 -> int8 QUANTIZE (a requantization) and the float32 -> int8 edge (TFLM's
         ``AffineQuantize``)."""
         out = self.out
+        arithmetic = "onnxruntime" if self.ort else "tflite"
         if self.tensor(0).dtype == "float32":
             scale, zp = _scale_zp(out)
             return self.prim([Operand(0), Result()],
                              partial(ew.float_quantize_kernel, self.name, self.elements,
-                                     scale, zp),
+                                     scale, zp, arithmetic),
                              partial(ew.float_quantize_prim_func, self.elements, scale, zp,
-                                     symbol=self.name))
+                                     symbol=self.name, arithmetic=arithmetic))
+        if self.ort:
+            return self.lookup()
         x = self.activation(0)
         (si, zi), (so, zo) = _scale_zp(x), _scale_zp(out)
         m, s = quantize_multiplier(float(si) / float(so))
@@ -397,6 +474,8 @@ class _Calls:
     def relu(self) -> KernelCall:
         """RELU (TFLM ``ReluQuantized``) and RELU6 (``Relu6Quantized``: a clamp) over the
         node's elements."""
+        if self.ort:
+            return self.lookup()
         (si, zi), (so, zo) = _scale_zp(self.unary_input()), _scale_zp(self.out)
         n = self.elements
         if self.op.op == "RELU6":
@@ -425,6 +504,8 @@ class _Calls:
         reference kernel with that constant."""
         op, name = self.op, self.name
         a, b = self.tensor(0), self.tensor(1)
+        if self.ort:
+            return self.ort_binary()
         if a.data is not None and b.data is not None:
             raise self.unsupported("both operands are constants")
         out = self.out
@@ -475,10 +556,13 @@ class _Calls:
         return self.prim([self.operand(0), self.operand(1), Result()], kernel, func)
 
     def lookup(self) -> KernelCall:
-        """HARD_SWISH and LOGISTIC: ``table[x + 128]`` over the node's elements, the
-        table computed with the reference kernel for all 256 inputs."""
+        """HARD_SWISH and LOGISTIC (and every elementwise operator with onnxruntime's
+        arithmetic): ``table[x + 128]`` over the node's elements, the table computed with the
+        reference kernel for all 256 inputs."""
         (si, zi), (so, zo) = _scale_zp(self.unary_input()), _scale_zp(self.out)
-        if self.op.op == "HARD_SWISH":
+        if self.ort:
+            table = ort.unary_table(self.op.op, (si, zi), (so, zo))
+        elif self.op.op == "HARD_SWISH":
             params = ref.hard_swish_params(si, zi, so, zo)
             table = ref.table_of(lambda v: ref.hard_swish_int8(v, params))
         else:
@@ -497,6 +581,8 @@ class _Calls:
         if self.tensor(0).dtype == "float32":
             return self.softmax_float()
         x = self.activation(0)
+        if self.ort:
+            return self.ort_softmax(x)
         if _scale_zp(self.out) != (np.float32(1.0 / 256), ref.INT8_MIN):
             raise self.unsupported("int8 SOFTMAX needs output scale 1/256 and zero point -128")
         depth = int(x.shape[-1]) if len(x.shape) else 1
@@ -512,6 +598,18 @@ class _Calls:
         return self.prim([Operand(0), Result(), Table("exps", "int32", exps),
                           Table("terms", "int32", terms)], kernel,
                          partial(ew.softmax_prim_func, *values, symbol=self.name))
+
+    def ort_softmax(self, x: Tensor) -> KernelCall:
+        """SOFTMAX run as onnxruntime's QLinearSoftmax or float Softmax
+        (:func:`.elementwise_ops.ort_softmax_kernel`)."""
+        depth = int(x.shape[-1])
+        p = ort.softmax_params(self.op.options.get(ort.KERNEL, ""), _scale_zp(x),
+                               _scale_zp(self.out), depth,
+                               self.op.options.get(ort.DTYPE, "uint8"))
+        values = (x.size // depth, depth, p)
+        return self.prim([Operand(0), Result(), Table("table", "float32", p.table)],
+                         partial(ew.ort_softmax_kernel, self.name, *values),
+                         partial(ew.ort_softmax_prim_func, *values, symbol=self.name))
 
     def softmax_float(self) -> KernelCall:
         """float32 SOFTMAX and LOG_SOFTMAX over the last axis (C kernels of :mod:`.ops`)."""

@@ -85,12 +85,26 @@ Requantization is TFLite's ``MultiplyByQuantizedMultiplier`` with double roundin
 same expression is emitted inline in every kernel (these and those of :mod:`.layout_ops` and
 :mod:`.elementwise_ops`); :func:`requantize_prim_func` wraps it alone, as the C function
 ``serenity_mbqm`` the tests check exhaustively on edge values and millions of random ones.
+
+onnxruntime's arithmetic (``spec.arithmetic == "onnxruntime"``, operators of an ONNX QDQ
+model, :mod:`tvm_serenity.frontend.ort_arithmetic` the specification) changes only the
+epilogues of the same kernels: :func:`ort_requantize` (``MlasRequantizeOutput``'s float32
+requantization computed exactly in 32-bit integers) in conv2d / depthwise_conv2d (and the
+FULLY_CONNECTED / MEAN / MUL kernels of the other modules), and ``spec.ort_pool``'s float32
+average pool (its rows hold float32 bit patterns, summed in MLAS's order). The float helpers
+(:func:`rne_float`, :func:`quantize_linear`, :func:`fma32`, :func:`float32_const`) make
+every float32 operation its own statement through a local array; the C is compiled as ISO C
+(``-std=c99``: GCC contracts nothing; Clang only within one expression) and the targets'
+float is soft float or SSE without FMA, so the IEEE operations run one by one in the
+specification's order.
 """
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 
+import numpy as np
 import tvm
 from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
@@ -191,6 +205,38 @@ def relax_abi(func: tirx.PrimFunc, roles, views) -> tirx.PrimFunc:
                                           tirx.SeqStmt([*views_first, *declared, func.body])))
     return tirx.PrimFunc(heads + tails, body, func.ret_type, func.attrs).with_attr(
         "op_pattern", OP_PATTERN_OPAQUE)
+
+
+def float32_const(value: float):
+    """The float32 ``value`` as an exact TIR constant for CodeGenC, which prints a float32
+    constant with seven significant digits (``%e``), not exactly: a ``FloatImm`` when that
+    print reads back exactly, else ``(float)M / 2^k`` (``M`` the 24-bit significand, one
+    division by ``2^30`` at a time), an exact constant expression GCC and TVM fold exactly."""
+    v = float(np.float32(value))
+    if not math.isfinite(v):
+        raise CodegenError(f"float32_const: {value} is not a finite float32")
+    if float(np.float32(f"{v:e}")) == v:
+        return tirx.FloatImm("float32", v)
+    mantissa, exponent = math.frexp(v)
+    m, k = int(mantissa * (1 << 24)), 24 - exponent              # v = m / 2^k, |m| < 2^24
+    while m % 2 == 0 and k > 0:
+        m, k = m // 2, k - 1
+    expr = tirx.Cast("float32", tirx.const(m, "int32"))
+    while k != 0:
+        step = min(abs(k), 30)
+        power = tirx.Cast("float32", tirx.const(1 << step, "int32"))
+        expr = tirx.Div(expr, power) if k > 0 else tirx.Mul(expr, power)
+        k -= step if k > 0 else -step
+    return expr
+
+
+def _memcpy(destination, source):
+    """``memcpy(destination, source, 4)`` of two buffer elements' addresses."""
+    _extern("memcpy", T.address_of(destination), T.address_of(source), _size(4))
+
+
+def _f32(value: float):
+    return tirx.FloatImm("float32", float(value))
 
 
 def _if_else(condition, then_body, else_body):
@@ -314,6 +360,117 @@ def requantize_prim_func(name: str = REQUANTIZE_SYMBOL) -> tirx.PrimFunc:
     return builder.get().with_attr("global_symbol", name)
 
 
+# ------------------------------------------------------------------ onnxruntime's arithmetic
+def ort_requantize(acc, multiplier, shift):
+    """onnxruntime's ``MlasRequantizeOutput`` of the int32 ``acc`` by the float32 scale
+    ``multiplier * 2^-shift`` (``multiplier`` in ``[2^23, 2^24)``,
+    :func:`~tvm_serenity.frontend.ort_arithmetic.scale_parts`): ``rne(float32(float32(acc) *
+    scale))`` before the zero point, saturated at +-2^15 (the callers clamp to int8), in
+    32-bit operations (:func:`~tvm_serenity.frontend.ort_arithmetic.requantize` is the int64
+    specification). Branch-free, no 64-bit product:
+
+    * ``|acc|`` (a uint32, so ``-2^31`` has one) is normalized to ``m = |acc| << z`` with its
+      top bit set (``z`` by a five-step binary search) and rounded to 24 bits half to even:
+      ``float32(acc) = am * 2^(8 - z + carry)``, ``am`` in ``[2^23, 2^24)``;
+    * ``am * multiplier`` (``< 2^48``) is assembled from 12-bit halves as ``top * 2^24 + rest``
+      and rounded half to even to 24 bits (drop 24 bits if ``top >= 2^23``, else 23): the
+      float32 product ``q * 2^(t + 8 - z + carry)``;
+    * ``rne(q * 2^-g)`` with ``g = shift - t - (8 - z + carry)``: ``g <= 8`` means
+      ``|result| >= 2^15`` (saturated), ``g >= 25`` a result of 0 (``q <= 2^24``).
+    """
+    # every step goes through the local arrays: TVM's passes expand a let chain whose values
+    # are read several times into an exponentially large expression
+    w = _local("ort", 12)
+    m = _local("ortm", 1, "uint32")
+    Z, AM, CARRY, MID, LOW24, TOP, REST, Q, BIG, G, R, NEG = range(12)
+    _store(w, NEG, _cast("int32", acc < 0))
+    # |acc| without overflow: -(acc + 1) is an int32, the + 1 is done unsigned
+    _store(m, 0, tirx.Select(acc < 0, _u32(-(acc + 1)) + tirx.const(1, "uint32"), _u32(acc)))
+    _store(w, R, _cast("int32", m[0] != tirx.const(0, "uint32")))      # |acc| != 0
+    _store(w, Z, 0)
+    for bits in (16, 8, 4, 2, 1):
+        small = _let(f"small{bits}", _cast("int32", (m[0] >> tirx.const(32 - bits, "uint32"))
+                                           == tirx.const(0, "uint32")))
+        _store(w, Z, w[Z] + small * bits)
+        _store(m, 0, m[0] << _u32(small * bits))
+    am0 = _let("am0", _cast("int32", m[0] >> tirx.const(8, "uint32")))
+    low = _let("low8", _cast("int32", m[0] & tirx.const(0xFF, "uint32")))
+    _store(w, AM, am0 + _cast("int32", tirx.any(low > 0x80, tirx.all(low == 0x80,
+                                                                      (am0 & 1) == 1))))
+    _store(w, CARRY, w[AM] >> 24)
+    _store(w, AM, w[AM] >> w[CARRY])
+    ah, al = _let("ah", w[AM] >> 12), _let("al", w[AM] & 0xFFF)
+    mh, ml = _let("mh", multiplier >> 12), _let("ml", multiplier & 0xFFF)
+    _store(w, MID, ah * ml + al * mh)
+    _store(w, LOW24, ((w[MID] & 0xFFF) << 12) + al * ml)
+    _store(w, TOP, ah * mh + (w[MID] >> 12) + (w[LOW24] >> 24))
+    _store(w, REST, w[LOW24] & 0xFFFFFF)
+    _store(w, BIG, w[TOP] >> 23)
+    # round to 24 bits: drop 24 bits (the product has 48) or 23 (it has 47)
+    _store(w, Q, tirx.Select(w[BIG] > 0, w[TOP], (w[TOP] << 1) | (w[REST] >> 23)))
+    dropped = _let("dropped", tirx.Select(w[BIG] > 0, w[REST], w[REST] & 0x7FFFFF))
+    half = _let("half", (1 << 22) << w[BIG])
+    _store(w, Q, w[Q] + _cast("int32", tirx.any(dropped > half, tirx.all(
+        dropped == half, (w[Q] & 1) == 1))))
+    _store(w, G, shift - 31 - w[BIG] + w[Z] - w[CARRY])
+    gs = _let("gs", tirx.Select(w[G] < 9, 9, tirx.Select(w[G] > 25, 25, w[G])))
+    kept = _let("kept", w[Q] >> gs)
+    remainder = _let("remainder", w[Q] & ((1 << gs) - 1))
+    halfway = _let("halfway", 1 << (gs - 1))
+    _store(w, R, w[R] * tirx.Select(w[G] < 9, 1 << 15, kept + _cast("int32", tirx.any(
+        remainder > halfway, tirx.all(remainder == halfway, (kept & 1) == 1)))))
+    return w[R] - 2 * w[NEG] * w[R]
+
+
+def rne_float(v):
+    """A float32 ``v`` (``|v| < 2^30``) rounded half to even to an int32, as ``cvtps2dq``
+    does: truncated (C's conversion), then one step up or down by the exact remainder. The
+    values go through local arrays (TVM expands a let read several times)."""
+    value = _local("rne_value", 2, "float32")             # v, its fraction
+    r = _local("rne")
+    _store(value, 0, v)
+    _store(r, 0, _cast("int32", value[0]))
+    _store(value, 1, value[0] - _cast("float32", r[0]))
+    f, odd = value[1], (r[0] & 1) == 1
+    up = tirx.any(f > _f32(0.5), tirx.all(f == _f32(0.5), odd))
+    down = tirx.any(f < _f32(-0.5), tirx.all(f == _f32(-0.5), odd))
+    _store(r, 0, r[0] + _cast("int32", up) - _cast("int32", down))
+    return r[0]
+
+
+def quantize_linear(v, scale: float, zero_point: int, low: int = -128, high: int = 127):
+    """onnxruntime's ``MlasQuantizeLinear`` of float32 ``v``: ``v / scale`` (a float32
+    division), clamped to ``[low - zp, high - zp]`` (a NaN to ``low - zp``, as ``maxps``),
+    :func:`rne_float`, plus ``zp``."""
+    x = _local("quotient", 1, "float32")
+    _store(x, 0, tirx.Div(v, float32_const(scale)))
+    _store(x, 0, tirx.Select(x[0] > _f32(low - zero_point), x[0], _f32(low - zero_point)))
+    _store(x, 0, tirx.Select(x[0] < _f32(high - zero_point), x[0], _f32(high - zero_point)))
+    return rne_float(x[0]) + zero_point
+
+
+def fma32(a, b, c):
+    """``fmaf(a, b, c)`` of float32 values, exactly rounded, in float64 arithmetic (the
+    targets have no float32 FMA; :func:`~tvm_serenity.frontend.ort_arithmetic.fma32`): the
+    product is exact in float64, TwoSum gives the float64 sum's exact error, which decides
+    the one case the float64 -> float32 rounding gets wrong (the sum is a float32 tie but the
+    exact value is not). The steps go through a local array: TVM's simplifier must not
+    cancel ``(s - p) - ...`` algebraically."""
+    w = _local("fma", 6, "float64")
+    _store(w, 0, _cast("float64", a) * _cast("float64", b))         # p, exact
+    _store(w, 1, _cast("float64", c))
+    _store(w, 2, w[0] + w[1])                                         # s
+    _store(w, 3, w[2] - w[0])                                         # bb
+    _store(w, 4, (w[0] - (w[2] - w[3])) + (w[1] - w[3]))              # err: s + err = p + c
+    r = _let("fma_rounded", _cast("float32", w[2]), "float32")
+    _store(w, 5, w[2] - _cast("float64", r))                          # d: s - r, exact
+    other = _let("fma_other", _cast("float64", r) + (w[5] + w[5]), "float64")
+    tie = tirx.all(w[5] != tirx.const(0.0, "float64"),
+                   _cast("float64", _cast("float32", other)) == other)
+    return tirx.Select(tirx.all(tie, w[4] * w[5] > tirx.const(0.0, "float64")),
+                       _cast("float32", other), r)
+
+
 def _store_clamped(output, index, value, low: int, high: int):
     """``output[index] = (int8) min(max(value, low), high)``."""
     v = _let("v", value)
@@ -393,8 +550,8 @@ def _emit_conv_kernel(spec: LayerSpec, x, y, buffers: dict):
         requantized, or (a partial) stored into / added to the accumulator."""
         total = scratch[window + co]
         if spec.partial is None:
-            value = requantize(total + buffers["bias"][co], buffers["multiplier"][co],
-                               buffers["shift"][co])
+            value = _requantizer(spec)(total + buffers["bias"][co], buffers["multiplier"][co],
+                                       buffers["shift"][co])
             _store_clamped(y, q + co, value + spec.output_zero_point, spec.act_min,
                            spec.act_max)
         else:
@@ -432,11 +589,19 @@ def _emit_channelwise_kernel(spec: LayerSpec, x, y, buffers: dict):
     depthwise = op == "depthwise_conv2d"
     channel_first = spec.plane_per_channel
     offset = -spec.input_zero_point if depthwise else 0
-    pad = -128 if op == "max_pool2d" else 0
+    ort = spec.ort_pool         # onnxruntime's average pool: the rows hold float32 bit patterns
+    pad = -128 if op == "max_pool2d" else 0         # 0: also the bits of +0.0
     scratch = buffers["scratch"]
     rows_len = cols * kh_n
     weights_len = kh_n * kw_n if depthwise else 0
     rows = _view(scratch.data, "rows", "int32", rows_len, 0)
+
+    def tap(value):
+        """What the rows hold for an input value: its dequantized float32's bits
+        (onnxruntime's pool), or it widened and shifted."""
+        if ort:
+            return buffers["table"][_cast("int32", value) + 128]
+        return _cast("int32", value) + offset
     wts = _view(scratch.data, "wts", "int32", weights_len, rows_len) if depthwise else None
     tail = 4 * (rows_len + weights_len)
     if channel_first:       # the padded input plane of one channel, its border zp_in
@@ -491,8 +656,8 @@ def _emit_channelwise_kernel(spec: LayerSpec, x, y, buffers: dict):
                     _store(acc, 0, acc[0] + _cast("int32", weight[base + k])
                            * (_cast("int32", x[src + k]) - e.input_zero_point))
                 _store_clamped(plane, (pad_top + ih) * cols + pad_left + iw,
-                               requantize(acc[0], multiplier, shift) + spec.input_zero_point,
-                               e.act_min, e.act_max)
+                               _requantizer(spec)(acc[0], multiplier, shift)
+                               + spec.input_zero_point, e.act_min, e.act_max)
 
     def load_plane(c):
         """plane interior = input channel ``c`` (int8), or the fused expand's channel."""
@@ -513,14 +678,14 @@ def _emit_channelwise_kernel(spec: LayerSpec, x, y, buffers: dict):
             if channel_first:                       # a whole padded row of the plane
                 src = _let("src", (ih + pad_top) * cols)
                 _unrolled("w", cols, COPY_UNROLL, lambda w: _store(
-                    rows, kh + w * kh_n, _cast("int32", plane[src + w]) + offset))
+                    rows, kh + w * kh_n, tap(plane[src + w])))
                 return
             dst = pad_left * kh_n + kh
 
             def copy():
                 src = _let("src", ih * in_pitch + c)
                 _unrolled("w", in_w, COPY_UNROLL, lambda w: _store(
-                    rows, dst + w * kh_n, _cast("int32", x[src + w * ch]) + offset))
+                    rows, dst + w * kh_n, tap(x[src + w * ch])))
 
             def fill():
                 _unrolled("w", in_w, COPY_UNROLL, lambda w: _store(rows, dst + w * kh_n, pad))
@@ -565,7 +730,31 @@ def _emit_channelwise_kernel(spec: LayerSpec, x, y, buffers: dict):
         return _let("count", in_bounds(oh, sh, pad_top, kh_n, in_h)
                     * in_bounds(ow, sw, pad_left, kw_n, in_w))
 
+    def ort_outputs(oh, c, ow, count: int):
+        """onnxruntime's average of ``count`` adjacent outputs (:class:`~.spec.OrtPool`)."""
+        acc = _local("acc", count, "float32")
+        for i in range(count):
+            _store(acc, i, _f32(0))
+        _ort_window_sum(ort.order, rows, acc, count, ow * sw * kh_n, sw * kh_n, kh_n, kw_n)
+        for i in range(count):
+            n = kh_n * kw_n if ort.include_pad else avg_count(oh, ow + i)
+            mean = _let("mean", tirx.Div(acc[i], _cast("float32", n)), "float32")
+            if ort.qlinear:     # rne(y / scale + zero point) in float32, in the kernel's type
+                z = ort.output_zero_point + ort.offset
+                v = _let("scaled", tirx.Div(mean, float32_const(ort.output_scale))
+                         + float32_const(z), "float32")
+                low, high = ort.offset - 128, ort.offset + 127
+                v = _let("clamped", tirx.Select(v < _f32(low), _f32(low), tirx.Select(
+                    v > _f32(high), _f32(high), v)), "float32")
+                value = rne_float(v) - ort.offset
+            else:
+                value = quantize_linear(mean, ort.output_scale, ort.output_zero_point)
+            _store_clamped(rowbuf, (ow + i) * ch + c, value, spec.act_min, spec.act_max)
+
     def outputs(oh, c, ow, count: int, channel_quant):
+        if ort:
+            ort_outputs(oh, c, ow, count)
+            return
         acc = _local("acc", count)
         for i in range(count):
             _store(acc, i, channel_quant["init"])
@@ -573,8 +762,8 @@ def _emit_channelwise_kernel(spec: LayerSpec, x, y, buffers: dict):
         for i in range(count):
             s = acc[i]
             if depthwise:
-                value = requantize(s, channel_quant["multiplier"], channel_quant["shift"]) \
-                    + spec.output_zero_point
+                value = _requantizer(spec)(s, channel_quant["multiplier"],
+                                           channel_quant["shift"]) + spec.output_zero_point
             elif op == "avg_pool2d":                    # TFLite: C division, half away
                 n = avg_count(oh, ow + i)
                 value = tirx.truncdiv(tirx.Select(s > 0, s + (n >> 1), s - (n >> 1)), n)
@@ -587,6 +776,8 @@ def _emit_channelwise_kernel(spec: LayerSpec, x, y, buffers: dict):
                 _store_clamped(rowbuf, (ow + i) * ch + c, value, spec.act_min, spec.act_max)
 
     def channel_quant(c):
+        if ort:
+            return {}
         if depthwise:
             return {"init": _let("b", buffers["bias"][c]),
                     "multiplier": _let("m", buffers["multiplier"][c]),
@@ -621,6 +812,58 @@ def _emit_channelwise_kernel(spec: LayerSpec, x, y, buffers: dict):
                 dst = _let("dst", oh * out_pitch + ow * total + first)
                 _unrolled("k", ch, COPY_UNROLL, lambda k: _store(y, dst + k,
                                                                  rowbuf[ow * ch + k]))
+
+
+def _ort_window_sum(order: str, rows, acc, count: int, first, step, kh_n: int, kw_n: int):
+    """The float32 window sums of ``count`` adjacent outputs into ``acc`` in the order MLAS
+    sums (:func:`~tvm_serenity.frontend.ort_arithmetic.pool_order`); output ``i``'s tap
+    ``(kh, kw)`` is ``rows[first + i*step + kw*KH + kh]``, padding taps hold +0.0, which no
+    float32 sum of dequantized values (never -0.0) changes. ``"generic"``: row by row;
+    ``"vector"``: each column's rows, then the columns; ``"global"`` (one output, the window
+    the whole input): four lanes over the window row by row, ``(l0 + l2) + (l1 + l3)``, then
+    the taps past the last full four."""
+    tap = _local("tap", 1, "float32")
+
+    def at(i, kh, kw):
+        """The float32 whose bits the int32 row buffer holds (``memcpy``: no type punning;
+        the compilers make it a register move)."""
+        _memcpy(tap[0], rows[first + i * step + kw * kh_n + kh])
+        return tap[0]
+
+    if order == "generic":
+        with _loop("kh", kh_n) as kh:
+            with _loop("kw", kw_n) as kw:
+                for i in range(count):
+                    _store(acc, i, acc[i] + at(i, kh, kw))
+    elif order == "vector":
+        column = _local("column", count, "float32")
+        with _loop("kw", kw_n) as kw:
+            for i in range(count):
+                _store(column, i, _f32(0))
+            with _loop("kh", kh_n) as kh:
+                for i in range(count):
+                    _store(column, i, column[i] + at(i, kh, kw))
+            for i in range(count):
+                _store(acc, i, acc[i] + column[i])
+    else:
+        lanes = _local("lanes", 4, "float32")
+        for lane in range(4):
+            _store(lanes, lane, _f32(0))
+        taps = kh_n * kw_n
+        body = taps // 4 * 4
+        with _loop("kh", kh_n) as kh:
+            with _loop("kw", kw_n) as kw:
+                flat = _let("flat", kh * kw_n + kw)
+                _store(lanes, flat & 3, lanes[flat & 3] + tirx.Select(
+                    flat < body, at(0, kh, kw), _f32(0)))
+        _store(acc, 0, (lanes[0] + lanes[2]) + (lanes[1] + lanes[3]))
+        for flat in range(body, taps):
+            _store(acc, 0, acc[0] + at(0, flat // kw_n, flat % kw_n))
+
+
+def _requantizer(spec: LayerSpec):
+    """The requantization of a convolution's accumulators: TFLite's or onnxruntime's."""
+    return ort_requantize if spec.arithmetic == "onnxruntime" else requantize
 
 
 # ------------------------------------------------------------------ add
@@ -677,8 +920,9 @@ def default_kernel_name(spec: LayerSpec, layout: str) -> str:
                else f"_{spec.partial}" if spec.partial
                else f"_expand{spec.expand.in_channels}" if spec.expand
                else "_channelwise" if spec.inplace_kind == "channel" else "")
+    ort = "_ort" if spec.arithmetic == "onnxruntime" or spec.ort_pool is not None else ""
     return (f"{spec.op}_{g.kernel[0]}x{g.kernel[1]}s{g.stride[0]}x{g.stride[1]}"
-            f"_{h}x{w}x{c}_to_{g.out_channels}{variant}{pitched}_{layout}")
+            f"_{h}x{w}x{c}_to_{g.out_channels}{variant}{pitched}{ort}_{layout}")
 
 
 def build_llvm(spec: LayerSpec, layout: str = "rip", name: str | None = None):

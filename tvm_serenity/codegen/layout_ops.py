@@ -27,6 +27,11 @@ both). Strided byte copies go through ``uint8`` views of row pointers (``int8_t 
 * **FULLY_CONNECTED** (``input, output, weight, bias, multiplier, shift[, scratch]``): per row
   ``acc = bias[u] + sum_d weight[u*depth + d] * (x[d] - zp_in)`` requantized with the per-unit
   tables; with ``gather`` the row's ``x - zp_in`` is first copied into the int16 ``scratch``.
+* With onnxruntime's arithmetic (``arithmetic="onnxruntime"``, operators of an ONNX QDQ
+  model) MEAN is QLinearGlobalAveragePool and FULLY_CONNECTED QGemm / QLinearMatMul: the same
+  sums requantized by :func:`.kernels.ort_requantize`; :class:`FloatMean` (float
+  GlobalAveragePool, MLAS's four lanes) and :class:`FloatGemm` (float Gemm, MLAS's one-row
+  kernel) compute in float32 from a ``table`` dequantizing the input.
 * **TRANSPOSE**, **CONCATENATION** (``input0, input1, ..., output``), **PAD**,
   **STRIDED_SLICE** (rank <= 4, padded to 4 with leading axes of size 1) and
   **RESIZE_NEAREST_NEIGHBOR** (``input, output, rows, cols``: the reference's source row
@@ -58,15 +63,16 @@ The C has no ``restrict``, so a compiler keeps each read before the writes that 
 from __future__ import annotations
 
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 import tvm
 from tvm import tirx
 from tvm.script.ir_builder import tirx as T
 
-from .kernels import (_cast, _extern, _let, _local, _loop, _size, _store, _store_clamped,
-                      prim_func, requantize)
-from .ops import OpKernel, _check_int8, _check_requant, _pad4, _strides
+from .kernels import (_cast, _extern, _f32, _let, _local, _loop, _size, _store,
+                      _store_clamped, ort_requantize, prim_func, quantize_linear, requantize)
+from .ops import OpKernel, _check_int8, _check_ort_requant, _check_requant, _pad4, _strides
 from .plain_c import op_kernel
 from .spec import CodegenError
 
@@ -119,19 +125,43 @@ def _copy(dst_buffer, dst, src_buffer, src, count: int, step: int = 1, name: str
 
 # ------------------------------------------------------------------ MEAN
 def _check_mean(name, outer, reduce, inner, input_zero_point, multiplier, shift,
-                output_zero_point):
+                output_zero_point, arithmetic):
     if min(outer, reduce, inner) < 1:
         raise CodegenError(f"{name}: empty MEAN ({outer}x{reduce}x{inner})")
     _check_int8(name, input_zero_point, output_zero_point)
-    _check_requant(name, multiplier, shift)
+    (_check_ort_requant if arithmetic == "onnxruntime" else _check_requant)(name, multiplier,
+                                                                           shift)
+
+
+@dataclass(frozen=True)
+class FloatMean:
+    """A MEAN computed as onnxruntime's float GlobalAveragePool (``MlasPoolGlobalKernel``):
+    the output's quantization; the ``table`` parameter dequantizes the input."""
+
+    output_scale: float
+    output_zero_point: int
 
 
 def mean_prim_func(name: str, outer: int, reduce: int, inner: int, input_zero_point: int,
-                   multiplier: int, shift: int, output_zero_point: int) -> tirx.PrimFunc:
+                   multiplier: int, shift: int, output_zero_point: int,
+                   arithmetic: str = "tflite",
+                   float_mean: FloatMean | None = None) -> tirx.PrimFunc:
     """``(input int8[outer*reduce*inner], output int8[outer*inner], acc int32[inner])``:
-    TFLM's ``QuantizedMeanOrSum`` (mean) over the middle axis (module docstring)."""
+    TFLM's ``QuantizedMeanOrSum`` (mean) over the middle axis (module docstring), or with
+    ``arithmetic="onnxruntime"`` QLinearGlobalAveragePool (the same sums requantized by
+    :func:`.kernels.ort_requantize`, ``(multiplier, shift)`` the scale's ``(M, E)``); with
+    ``float_mean`` the float GlobalAveragePool (``..., table float32[256]``,
+    :func:`_emit_float_mean`)."""
+    if float_mean is not None:
+        if min(outer, reduce, inner) < 1:
+            raise CodegenError(f"{name}: empty MEAN ({outer}x{reduce}x{inner})")
+        return prim_func(name, [("input", outer * reduce * inner, "int8"),
+                                ("output", outer * inner, "int8"), ("acc", inner, "int32"),
+                                ("table", 256, "float32")],
+                         lambda *b: _emit_float_mean(float_mean, outer, reduce, inner, *b))
     _check_mean(name, outer, reduce, inner, input_zero_point, multiplier, shift,
-                output_zero_point)
+                output_zero_point, arithmetic)
+    requantizer = ort_requantize if arithmetic == "onnxruntime" else requantize
     def emit(x, y, acc):
         with _nest(["o"], [outer]) as (o,):
             with _nest(["i"], [inner]) as (i,):
@@ -141,35 +171,88 @@ def mean_prim_func(name: str, outer: int, reduce: int, inner: int, input_zero_po
                 with _nest(["i"], [inner]) as (i,):
                     _store(acc, i, acc[i] + _cast("int32", x[row + i]))
             with _nest(["i"], [inner]) as (i,):
-                _store_clamped(y, o * inner + i, requantize(acc[i], multiplier, shift)
+                _store_clamped(y, o * inner + i, requantizer(acc[i], multiplier, shift)
                                + output_zero_point, -128, 127)
     return prim_func(name, [("input", outer * reduce * inner, "int8"),
                             ("output", outer * inner, "int8"), ("acc", inner, "int32")], emit)
 
 
+def _emit_float_mean(p: FloatMean, outer: int, reduce: int, inner: int, x, y, acc, table):
+    """Per output: the dequantized values summed in four float32 lanes over the reduced axis
+    (``MlasPoolGlobalKernel``: lane ``r % 4`` for the values before the last full four,
+    ``(l0 + l2) + (l1 + l3)``, then the rest in order), divided by the count, quantized; a
+    block's codes wait in ``acc`` until all its values are read (in place, any overlap of
+    input and output is safe for one block)."""
+    lanes = _local("lanes", 4, "float32")
+    body = reduce // 4 * 4
+    with _nest(["o"], [outer]) as (o,):
+        with _nest(["i"], [inner]) as (i,):
+            for lane in range(4):
+                _store(lanes, lane, _f32(0))
+            with _nest(["r"], [reduce]) as (r,):
+                value = table[_cast("int32", x[o * (reduce * inner) + r * inner + i]) + 128]
+                _store(lanes, r & 3, lanes[r & 3] + tirx.Select(r < body, value, _f32(0)))
+            _store(lanes, 0, (lanes[0] + lanes[2]) + (lanes[1] + lanes[3]))
+            for r in range(body, reduce):
+                _store(lanes, 0, lanes[0] + table[_cast(
+                    "int32", x[o * (reduce * inner) + r * inner + i]) + 128])
+            _store(acc, i, quantize_linear(tirx.Div(lanes[0], _cast("float32", reduce)),
+                                           p.output_scale, p.output_zero_point))
+        with _nest(["i"], [inner]) as (i,):
+            _store(y, o * inner + i, _cast("int8", acc[i]))
+
+
 def mean_kernel(name: str, outer: int, reduce: int, inner: int, input_zero_point: int,
-                multiplier: int, shift: int, output_zero_point: int) -> OpKernel:
+                multiplier: int, shift: int, output_zero_point: int,
+                arithmetic: str = "tflite", float_mean: FloatMean | None = None) -> OpKernel:
     """TFLM's ``QuantizedMeanOrSum`` (mean) over the middle axis of ``(outer, reduce,
     inner)``, :func:`mean_prim_func` as C; ``multiplier``/``shift`` are already divided by the
-    element count as TFLM does (``frontend.reference.mean_int8``). ``acc`` holds ``inner``
-    int32 sums (``scratch32``)."""
+    element count as TFLM does (``frontend.reference.mean_int8``), or onnxruntime's
+    (``arithmetic``, ``float_mean``). ``acc`` holds ``inner`` int32 sums or codes
+    (``scratch32``)."""
     func = mean_prim_func(name, outer, reduce, inner, input_zero_point, multiplier, shift,
-                          output_zero_point)
-    return op_kernel(name, f"MEAN: {outer} block(s) of {reduce} x {inner} int8 -> {outer} x "
-                   f"{inner}; a block's sums are\n * complete before its outputs are written.",
-                   func, ["input"], scratch32=inner)
+                          output_zero_point, arithmetic, float_mean)
+    what = "float GlobalAveragePool (onnxruntime)" if float_mean else (
+        "QLinearGlobalAveragePool (onnxruntime)" if arithmetic == "onnxruntime" else "TFLM")
+    return op_kernel(name, f"MEAN, {what}: {outer} block(s) of {reduce} x {inner} int8 -> "
+                     f"{outer} x {inner}; a block's values are\n * all read before its outputs "
+                     "are written.", func, ["input"] + (["table"] if float_mean else []),
+                     scratch32=inner)
 
 
 # ------------------------------------------------------------------ FULLY_CONNECTED
+@dataclass(frozen=True)
+class FloatGemm:
+    """A FULLY_CONNECTED computed as onnxruntime's float Gemm (``MlasSgemmKernelM1``,
+    :class:`~tvm_serenity.frontend.ort_arithmetic.FullyConnectedFloat`): the output's
+    quantization; the tables are parameters (``table``: the input's dequantization,
+    ``wscale``, ``bias``: float32 per unit)."""
+
+    output_scale: float
+    output_zero_point: int
+
+
 def fully_connected_prim_func(name: str, rows: int, depth: int, units: int,
                               input_zero_point: int, output_zero_point: int, act_min: int,
-                              act_max: int, gather: bool) -> tirx.PrimFunc:
+                              act_max: int, gather: bool, arithmetic: str = "tflite",
+                              float_gemm: FloatGemm | None = None) -> tirx.PrimFunc:
     """``(input int8[rows*depth], output int8[rows*units], weight int8[units*depth], bias,
     multiplier, shift int32[units][, scratch int16[depth]])``: TFLM's
-    ``FullyConnected[PerChannel]`` (module docstring)."""
+    ``FullyConnected[PerChannel]`` (module docstring), or with ``arithmetic="onnxruntime"``
+    QGemm (:func:`.kernels.ort_requantize`; the tables hold each unit's ``(M, E)``). With
+    ``float_gemm`` the float Gemm instead: ``(input, output, weight, table, wscale, bias
+    float32[...][, scratch])`` (:func:`_emit_float_gemm`)."""
     if min(rows, depth, units) < 1:
         raise CodegenError(f"{name}: empty FULLY_CONNECTED ({rows}x{depth} -> {units})")
     _check_int8(name, input_zero_point, output_zero_point, act_min, act_max)
+    if float_gemm is not None:
+        params = [("input", rows * depth, "int8"), ("output", rows * units, "int8"),
+                  ("weight", units * depth, "int8"), ("table", 256, "float32"),
+                  ("wscale", units, "float32"), ("bias", units, "float32")]
+        return prim_func(name, params + ([("scratch", depth, "int16")] if gather else []),
+                         lambda *b: _emit_float_gemm(float_gemm, rows, depth, units, act_min,
+                                                     act_max, gather, *b))
+    requantizer = ort_requantize if arithmetic == "onnxruntime" else requantize
     params = [("input", rows * depth, "int8"), ("output", rows * units, "int8"),
               ("weight", units * depth, "int8"), ("bias", units, "int32"),
               ("multiplier", units, "int32"), ("shift", units, "int32")]
@@ -189,25 +272,69 @@ def fully_connected_prim_func(name: str, rows: int, depth: int, units: int,
                     term = (_cast("int32", scratch[0][d]) if gather
                             else _cast("int32", x[row + d]) - input_zero_point)
                     _store(acc, 0, acc[0] + _cast("int32", weight[w_row + d]) * term)
-                _store_clamped(y, r * units + u, requantize(acc[0], multiplier[u], shift[u])
+                _store_clamped(y, r * units + u, requantizer(acc[0], multiplier[u], shift[u])
                                + output_zero_point, act_min, act_max)
     return prim_func(name, params + ([("scratch", depth, "int16")] if gather else []), emit)
 
 
+def _emit_float_gemm(p: FloatGemm, rows: int, depth: int, units: int, act_min: int,
+                     act_max: int, gather: bool, x, y, weight, table, wscale, bias, *scratch):
+    """Per row and unit: ``c = bias[u]``; the products ``table[x + 128] * (float)w *
+    wscale[u]`` summed in groups of four (a running float32 sum of the group, then added to
+    ``c``), then a group of two and one of the remaining depth; ``c`` quantized. With
+    ``gather`` the row's codes are first copied into ``scratch`` (the in-place layout)."""
+    sums = _local("sums", 2, "float32")             # the running output, the group's sum
+
+    def group(row, w_row, ws, start, size: int):
+        for i in range(size):
+            code = scratch[0][start + i] if gather else x[row + start + i]
+            product = table[_cast("int32", code) + 128] * (
+                _cast("float32", weight[w_row + start + i]) * ws)
+            _store(sums, 1, product if i == 0 else sums[1] + product)
+        _store(sums, 0, sums[1] + sums[0])
+
+    with _nest(["r"], [rows]) as (r,):
+        row = _let("row", r * depth)
+        if gather:
+            with _nest(["d"], [depth]) as (d,):
+                _store(scratch[0], d, _cast("int16", x[row + d]))
+        with _nest(["u"], [units]) as (u,):
+            w_row = _let("w_row", u * depth)
+            ws = _let("ws", wscale[u], "float32")
+            _store(sums, 0, bias[u])
+            if depth >= 4:
+                with _loop("k", depth // 4) as k:
+                    group(row, w_row, ws, k * 4, 4)
+            start = depth // 4 * 4
+            for size in (2, 1):
+                if depth - start >= size:
+                    group(row, w_row, ws, start, size)
+                    start += size
+            _store_clamped(y, r * units + u, quantize_linear(
+                sums[0], p.output_scale, p.output_zero_point, act_min, act_max), act_min,
+                act_max)
+
+
 def fully_connected_kernel(name: str, rows: int, depth: int, units: int, input_zero_point: int,
                            output_zero_point: int, act_min: int, act_max: int,
-                           gather: bool) -> OpKernel:
-    """``reference_integer_ops::FullyConnected[PerChannel]`` as TFLM runs it,
-    :func:`fully_connected_prim_func` as C; with ``gather`` (the in-place layout, where a row's
-    outputs overwrite it), ``scratch`` holds the row's ``depth`` int16 values ``x - zp_in``
-    (``scratch16``)."""
+                           gather: bool, arithmetic: str = "tflite",
+                           float_gemm: FloatGemm | None = None) -> OpKernel:
+    """``reference_integer_ops::FullyConnected[PerChannel]`` as TFLM runs it (or onnxruntime's
+    QGemm / float Gemm, ``arithmetic`` / ``float_gemm``), :func:`fully_connected_prim_func` as
+    C; with ``gather`` (the in-place layout, where a row's outputs overwrite it), ``scratch``
+    holds the row's ``depth`` int16 values ``x - zp_in`` (its codes for the float Gemm;
+    ``scratch16``)."""
     func = fully_connected_prim_func(name, rows, depth, units, input_zero_point,
-                                     output_zero_point, act_min, act_max, gather)
-    note = ("each row is gathered into\n * scratch (x - zero point) before its outputs are "
-            "written" if gather else "input and output\n * apart (no gather)")
-    return op_kernel(name, f"FULLY_CONNECTED: {rows} row(s) of {depth} -> {units} units; {note}.",
-                   func, ["input", "weight", "bias", "multiplier", "shift"],
-                   scratch16=depth if gather else 0)
+                                     output_zero_point, act_min, act_max, gather, arithmetic,
+                                     float_gemm)
+    note = ("each row is gathered into\n * scratch before its outputs are written" if gather
+            else "input and output\n * apart (no gather)")
+    what = "float Gemm (onnxruntime)" if float_gemm else (
+        "QGemm (onnxruntime)" if arithmetic == "onnxruntime" else "TFLM")
+    tables = ["table", "wscale", "bias"] if float_gemm else ["bias", "multiplier", "shift"]
+    return op_kernel(name, f"FULLY_CONNECTED, {what}: {rows} row(s) of {depth} -> {units} "
+                     f"units; {note}.", func, ["input", "weight", *tables],
+                     scratch16=depth if gather else 0)
 
 
 # ------------------------------------------------------------------ TRANSPOSE

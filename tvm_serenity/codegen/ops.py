@@ -64,7 +64,16 @@ class OpKernel:
 
 
 def c_array(name: str, dtype: str, values, per_line: int = 24) -> str:
-    """``static const <type> name[N] = {...};`` for a flat integer array (flash on an MCU)."""
+    """``static const <type> name[N] = {...};`` for a flat integer array or a float32 one
+    (exact hexadecimal literals; flash on an MCU)."""
+    if dtype == "float32":
+        flat = np.asarray(values, np.float32).reshape(-1)
+        if flat.size == 0:
+            raise CodegenError(f"c_array {name}: empty arrays are not valid C")
+        text = [c_float(v) for v in flat]
+        rows = [", ".join(text[i:i + per_line // 2]) for i in range(0, len(text), per_line // 2)]
+        return (f"static const float {name}[{flat.size}] = {{\n    "
+                + ",\n    ".join(rows) + "\n};\n")
     if dtype not in _CTYPES:
         raise CodegenError(f"c_array: unsupported dtype {dtype!r}")
     flat = np.asarray(values).reshape(-1).astype(np.int64)
@@ -95,6 +104,13 @@ def _check_requant(what: str, multiplier: int, shift: int) -> None:
     if not 0 <= int(multiplier) < (1 << 31) or not -31 <= int(shift) <= 30:
         raise CodegenError(f"{what}: requantization ({multiplier}, {shift}) is not a "
                            "multiplier in [0, 2^31) with a shift in [-31, 30]")
+
+
+def _check_ort_requant(what: str, multiplier: int, shift: int) -> None:
+    """onnxruntime's requantization ``(M, E)`` of a float32 scale ``M * 2^-E``."""
+    if not (1 << 23) <= int(multiplier) < (1 << 24) or not 0 <= int(shift) <= 200:
+        raise CodegenError(f"{what}: onnxruntime requantization ({multiplier}, {shift}) is "
+                           "not a float32 significand in [2^23, 2^24) with an exponent")
 
 
 def _pad4(shape) -> tuple[int, int, int, int]:

@@ -22,7 +22,8 @@ op                    parameters (``rip`` | ``dual``), then the rest
 conv2d                ``ws`` | ``input, output``; ``weight`` (int32, packed: see below),
                       ``bias``, ``multiplier``, ``shift`` (int32, ``C_out`` each), ``scratch``
 depthwise_conv2d      as conv2d with ``weight`` int8 ``KH*KW*C`` (TFLite's ``1 x KH x KW x C``)
-max/avg_pool2d        ``ws`` | ``input, output``; ``scratch``
+max/avg_pool2d        ``ws`` | ``input, output``; (``ort_pool``: ``table``, int32[256], the
+                      bits of float32 values); ``scratch``
 add                   ``ws`` (holds input 1, receives the output) | ``input, output``;
                       then ``input2`` (int8, same shape)
 depthwise, ``output_  dual only: as depthwise_conv2d, ``output`` holding ``H_out*W_out*total``
@@ -35,6 +36,11 @@ depthwise, ``expand`` dual only: ``input`` (the expand conv's, ``H*W*C_e``), ``o
                       ``expand_bias, expand_multiplier, expand_shift`` (int32, ``C`` each),
                       ``scratch`` (:meth:`LayerSpec.expand_depthwise`)
 ====================  ==========================================================================
+
+With ``arithmetic="onnxruntime"`` a conv2d / depthwise_conv2d requantizes as onnxruntime's
+QLinearConv (:func:`.kernels.ort_requantize`; ``multiplier`` and ``shift`` hold each channel's
+float32 scale as ``M`` and ``E``, ``M * 2^-E``), and an avg_pool2d with ``ort_pool`` (an
+:class:`OrtPool`) averages as onnxruntime's pools do, in float32.
 
 A depthwise_conv2d with ``expand`` set (an :class:`ExpandConv`) is the fused node of the
 expand-depthwise rewrite (:mod:`tvm_serenity.rewrite.patterns`): its geometry is the depthwise
@@ -109,13 +115,15 @@ from ..rip import (ConvGeometry, RipArgumentError, RipWorkspace, channel_buffer_
                    inplace_kind, rip_workspace_for_geometry)
 
 OPS = ("conv2d", "depthwise_conv2d", "max_pool2d", "avg_pool2d", "add")
+ARITHMETICS = ("tflite", "onnxruntime")
+POOL_ORDERS = ("generic", "vector", "global")     # :func:`..frontend.ort_arithmetic.pool_order`
 PARTIAL_MODES = ("assign", "accumulate")
 PACK = 4                    # conv2d output channels per packed weight word
 LAYOUTS = ("rip", "dual")
 INT8_MIN, INT8_MAX = -128, 127
 INT32_MAX = (1 << 31) - 1
 
-_CTYPES = {"int8": "int8_t", "int32": "int32_t"}
+_CTYPES = {"int8": "int8_t", "int32": "int32_t", "float32": "float"}
 
 
 class CodegenError(SerenityError, ValueError):
@@ -179,7 +187,7 @@ class KernelParam:
     """One parameter of a generated kernel, in ABI order."""
 
     name: str
-    dtype: str          # "int8" | "int32"
+    dtype: str          # "int8" | "int32" | "float32"
     elements: int
     writable: bool      # False: the C prototype declares it ``const``
 
@@ -190,6 +198,34 @@ class KernelParam:
     @property
     def c_declaration(self) -> str:
         return f"{'' if self.writable else 'const '}{self.ctype} *{self.name}"
+
+
+@dataclass(frozen=True)
+class OrtPool:
+    """An avg_pool2d with onnxruntime's arithmetic
+    (:func:`~tvm_serenity.frontend.ort_arithmetic.average_pool`): the taps dequantized by the
+    ``table`` parameter (int32[256]: the bits of the float32 values, which the kernel keeps in
+    its int32 scratch and reads back by ``memcpy``, never through a float pointer into int32
+    memory), summed in float32 in ``order``, divided by the tap
+    count (the window's size with ``include_pad``), then QLinearAveragePool's rounding
+    (``qlinear``: ``rne(y / scale + zero point)`` in float32, in the kernel's type, whose
+    codes are the int8 ones plus ``offset``) or QuantizeLinear's."""
+
+    qlinear: bool
+    order: str
+    include_pad: bool
+    output_scale: float
+    output_zero_point: int
+    offset: int = 0
+
+    def __post_init__(self):
+        if self.order not in POOL_ORDERS:
+            raise CodegenError(f"pool order must be one of {POOL_ORDERS}, got {self.order!r}")
+        if not np.float32(self.output_scale) > 0:
+            raise CodegenError(f"output scale {self.output_scale} must be positive")
+        _check_int8("output_zero_point", _as_int("output_zero_point", self.output_zero_point))
+        if self.offset not in (0, 128):
+            raise CodegenError(f"offset {self.offset} is neither 0 (int8) nor 128 (uint8)")
 
 
 @dataclass(frozen=True)
@@ -230,6 +266,9 @@ class LayerSpec:
     expand: ExpandConv | None = None        # depthwise only: the fused 1x1 expand conv
     input_row_pitch: int | None = None      # elements from one input row to the next; None:
     output_row_pitch: int | None = None     # W*C (contiguous). A patch's window of a tensor
+    arithmetic: str = "tflite"              # conv / depthwise: "onnxruntime" requantizes as
+    #                                         onnxruntime (multiplier, shift: its M, E)
+    ort_pool: OrtPool | None = None         # avg_pool2d with onnxruntime's arithmetic
     rip: RipWorkspace = field(init=False, repr=False, compare=False)
     inplace_kind: str = field(init=False, repr=False, compare=False)   # "rip" or "channel"
 
@@ -271,6 +310,18 @@ class LayerSpec:
                 raise CodegenError(f"output_slice {self.output_slice} must place the "
                                    f"{g.out_channels} channels of a depthwise_conv2d in a wider "
                                    f"output, got it on {self.op}")
+        if self.arithmetic not in ARITHMETICS:
+            raise CodegenError(f"arithmetic must be one of {ARITHMETICS}, got "
+                               f"{self.arithmetic!r}")
+        if self.ort_pool is not None:
+            if self.op != "avg_pool2d" or not isinstance(self.ort_pool, OrtPool):
+                raise CodegenError(f"ort_pool (an OrtPool) is for avg_pool2d, got it on "
+                                   f"{self.op}")
+            if self.ort_pool.order == "global" and (
+                    g.kernel != (g.in_height, g.in_width) or g.stride != (1, 1)
+                    or any(g.padding)):
+                raise CodegenError("the global pool order sums a window that is the whole "
+                                   "input (stride 1, no padding)")
         if self.partial is not None and (self.op != "conv2d"
                                          or self.partial not in PARTIAL_MODES):
             raise CodegenError(f"partial must be one of {PARTIAL_MODES} on a conv2d, got "
@@ -549,6 +600,8 @@ def kernel_params(spec: LayerSpec, layout: str) -> tuple[KernelParam, ...]:
                   KernelParam("output", "int8", spec.output_bytes, True)]
     if spec.op == "add":
         return tuple(params + [KernelParam("input2", "int8", spec.input_bytes, False)])
+    if spec.ort_pool is not None:
+        params += [KernelParam("table", "int32", 256, False)]
     if spec.op in ("conv2d", "depthwise_conv2d"):
         channels = spec.geometry.out_channels
         params += [KernelParam("weight", "int32" if spec.op == "conv2d" else "int8",

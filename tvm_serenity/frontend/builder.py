@@ -6,19 +6,21 @@ assembles any int8 graph of builtin operators (schema v3, file identifier ``TFL3
 run it through the TFLite interpreters and through :mod:`.reference`. Options are given as the
 same snake_case dicts :mod:`.tflite_model` reads back (``padding="SAME"``,
 ``fused_activation_function="RELU6"``, ``new_shape=[1, 10]``, ...) and are written through the
-``tflite`` package's generated schema functions.
+``tflite`` package's generated schema functions; options that are none of the operator's
+builtin options go into the model's :data:`~.tflite_model.OPTIONS_METADATA` metadata entry.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 from typing import Any, Mapping, Sequence
 
 import flatbuffers
 import numpy as np
 
-from .tflite_model import (BUILTIN_OPS, FILE_IDENTIFIER, TENSOR_TYPES, TFLiteModel, _enum_names,
-                           _schema)
+from .tflite_model import (BUILTIN_OPS, FILE_IDENTIFIER, OPTIONS_METADATA, TENSOR_TYPES,
+                           TFLiteModel, _enum_names, _schema)
 
 __all__ = ["ModelBuilder", "tflite_bytes"]
 
@@ -43,6 +45,17 @@ def _camel(key: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in key.split("_"))
 
 
+def _split_options(op: str, options: Mapping[str, Any]) -> tuple[dict, dict]:
+    """(the builtin options of ``op`` among ``options``, the others)."""
+    cls_name = _OPTIONS_TABLE.get(op)
+    module = None if cls_name is None else importlib.import_module(f"tflite.{cls_name}")
+    builtin, extra = {}, {}
+    for key, value in options.items():
+        known = module is not None and hasattr(module, f"{cls_name}Add{_camel(key)}")
+        (builtin if known else extra)[key] = value
+    return builtin, extra
+
+
 class ModelBuilder:
     """Collect tensors and operators, then :meth:`build` the flatbuffer bytes."""
 
@@ -51,6 +64,7 @@ class ModelBuilder:
         self._operators: list[tuple[str, list[int], list[int], dict[str, Any], int]] = []
         self._codes = {name: code for code, name in BUILTIN_OPS.items()}
         self._types = {name: code for code, name in TENSOR_TYPES.items()}
+        self._extra: dict[str, dict] = {}       # operator position -> non-builtin options
 
     def add_tensor(self, shape: Sequence[int], dtype: str = "int8", *, scale=None,
                    zero_point=0, axis: int = 0, data=None, name: str | None = None) -> int:
@@ -73,13 +87,17 @@ class ModelBuilder:
                      options: Mapping[str, Any] | None = None, version: int = 1, *,
                      omit_options: bool = False) -> None:
         """Append a builtin operator (-1 in ``inputs`` marks an omitted optional input;
-        ``omit_options`` writes no options table at all, a malformed model for tests)."""
+        ``omit_options`` writes no options table at all, a malformed model for tests).
+        ``options`` that are not builtin options of ``op`` are kept in the metadata."""
         if op not in self._codes:
             raise ValueError(f"unknown builtin operator {op!r}")
-        if options and op not in _OPTIONS_TABLE:
+        builtin, extra = _split_options(op, options or {})
+        if builtin and op not in _OPTIONS_TABLE:
             raise ValueError(f"operator {op} takes no options in this builder")
+        if extra:
+            self._extra[str(len(self._operators))] = extra
         self._operators.append((op, list(inputs), list(outputs),
-                                None if omit_options else dict(options or {}), version))
+                                None if omit_options else builtin, version))
 
     # ----------------------------------------------------------------------- serialization
     def build(self, inputs: Sequence[int], outputs: Sequence[int],
@@ -133,9 +151,19 @@ class ModelBuilder:
         schema.SubGraphAddName(b, sub_name)
         subgraph = schema.SubGraphEnd(b)
 
+        metadata = []
+        if self._extra:
+            name = b.CreateString(OPTIONS_METADATA)
+            buffers.append(self._buffer(b, json.dumps({"operators": self._extra},
+                                                      sort_keys=True).encode()))
+            schema.MetadataStart(b)
+            schema.MetadataAddName(b, name)
+            schema.MetadataAddBuffer(b, len(buffers) - 1)
+            metadata.append(schema.MetadataEnd(b))
         codes_vec = self._offsets(b, codes)
         subgraphs_vec = self._offsets(b, [subgraph])
         buffers_vec = self._offsets(b, buffers)
+        metadata_vec = self._offsets(b, metadata) if metadata else None
         desc = b.CreateString(description)
         schema.ModelStart(b)
         schema.ModelAddVersion(b, 3)
@@ -143,6 +171,8 @@ class ModelBuilder:
         schema.ModelAddSubgraphs(b, subgraphs_vec)
         schema.ModelAddDescription(b, desc)
         schema.ModelAddBuffers(b, buffers_vec)
+        if metadata_vec is not None:
+            schema.ModelAddMetadata(b, metadata_vec)
         b.Finish(schema.ModelEnd(b), file_identifier=FILE_IDENTIFIER)
         return bytes(b.Output())
 
@@ -228,7 +258,7 @@ def tflite_bytes(model: TFLiteModel, description: str = "tvm-serenity") -> bytes
                       zero_point=0 if q is None else q.zero_point,
                       axis=0 if q is None else q.axis, data=t.data, name=t.name)
     for op in model.operators:
-        mb.add_operator(op.op, op.inputs, op.outputs,
-                        op.options if op.op in _OPTIONS_TABLE else None, op.version,
-                        omit_options=not op.options)     # as read: no table, none written
+        builtin = _split_options(op.op, op.options)[0]
+        mb.add_operator(op.op, op.inputs, op.outputs, op.options, op.version,
+                        omit_options=not builtin)        # as read: no table, none written
     return mb.build(model.inputs, model.outputs, description)

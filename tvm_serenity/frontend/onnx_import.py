@@ -1,4 +1,5 @@
-"""Import an int8 ONNX model in QDQ form as Relax with integer semantics (TFLite's arithmetic).
+"""Import an int8 ONNX model in QDQ form as Relax integer kernels computing onnxruntime's
+arithmetic (or TFLite's).
 
 onnxruntime's ``quantize_static(..., quant_format=QDQ, activation_type=QInt8,
 weight_type=QInt8, per_channel=True)`` writes every operator as
@@ -29,19 +30,30 @@ the model with TVM's frontend and then
    merges with that move, so an input moved to NCHW and back reads the input itself.
    Two forms are made explicit for TFLite's kernels: ``quantize(reshape(dequantize(q)))`` with
    one quantization becomes an int8 ``reshape(q)``, and a Concat whose inputs are quantized
-   differently from its output (and a Softmax quantized to other than TFLite's 1/256) gets its
-   inputs (its output) requantized first, as onnxruntime's QLinearConcat (QLinearSoftmax) does;
+   differently from its output gets its inputs requantized first, as onnxruntime's
+   QLinearConcat does (with TFLite's arithmetic a Softmax quantized to other than TFLite's
+   1/256 gets its output requantized too);
 2. runs :class:`~tvm_serenity.passes.fakequant.LowerFakeQuant`, which replaces each
-   ``dequantize -> op -> quantize`` by an integer kernel with TFLite's fixed-point arithmetic;
+   ``dequantize -> op -> quantize`` by an integer kernel. With ``arithmetic="onnxruntime"``
+   (the default) :mod:`~tvm_serenity.passes.ort_fakequant` first decides, on the imported
+   graph, what onnxruntime 1.32 runs on x86 for each node (the int8 / uint8 type of every
+   quantized tensor after its QDQS8ToU8Transformer, then whether the node fuses into a
+   QLinear kernel or runs in float between DequantizeLinear and QuantizeLinear), and each
+   kernel's description carries ``"arithmetic": "onnxruntime"`` and that kernel
+   (:mod:`.ort_arithmetic`, the specification, says what is reproduced exactly: everything
+   but a float Conv and a several-row float Gemm, whose MLAS summation order is not, within
+   1 LSB); with ``"tflite"`` the kernels compute TFLite's fixed point;
 3. **checks** that nothing is left in float: ``main`` may only call kernels, move int8 data
    (``reshape`` / ``permute_dims``) and dequantize its outputs. Anything else raises
    :class:`ONNXError` naming the ONNX node and operator.
 
-The rounding differs from onnxruntime's (float requantization, round half to even), so outputs
-are compared in int8 LSBs: :func:`onnx_reference_int8` runs onnxruntime and returns the int8
-tensors feeding the final DequantizeLinear nodes (an int8 output as it is),
-:func:`quantize_outputs` turns the Relax module's float outputs back into those int8 tensors (an
-exact inverse of the final ``dequantize``) and :func:`compare_int8` measures the difference.
+Outputs are compared with onnxruntime in int8 LSBs: :func:`onnx_reference_int8` runs
+onnxruntime (default session options) and returns the int8 tensors feeding the final
+DequantizeLinear nodes (an int8 output as it is), :func:`quantize_outputs` turns the Relax
+module's float outputs back into those int8 tensors (an exact inverse of the final
+``dequantize``) and :func:`compare_int8` measures the difference. The Relax expressions of the
+kernels (what ``--target llvm`` legalizes) still compute TFLite's fixed point except for the
+lookup tables; the reference interpreter and the MCU kernels compute onnxruntime's.
 """
 
 from __future__ import annotations
@@ -61,6 +73,8 @@ from ..errors import SerenityError
 from ..passes.convert import is_op
 from .relax_import import OperatorDescription, kernel_callee
 from ..passes.fakequant import LowerFakeQuant, layout_change
+from ..passes.ort_fakequant import OrtPatterns, int8_types
+from .ort_arithmetic import ONNXRUNTIME
 
 __all__ = ["ONNXError", "from_onnx", "onnx_reference_int8", "quantize_outputs",
            "compare_int8"]
@@ -170,8 +184,9 @@ class _ToNHWC:
     """Rewrites one function (see step 1 of the module docstring). ``new`` maps each original
     variable to its new value; those in ``nhwc`` hold the NHWC form of an original NCHW value."""
 
-    def __init__(self, func: relax.Function, where: str):
+    def __init__(self, func: relax.Function, where: str, tflite_softmax: bool = True):
         self.func, self.where = func, where
+        self.tflite_softmax = tflite_softmax   # requantize a Softmax to TFLite's 1/256
         self.bindings = [b for block in func.body.blocks for b in block.bindings]
         self.orig = relax.analysis.get_var2val(func)
         self.users: dict[relax.Var, list[relax.Expr]] = {}
@@ -423,7 +438,7 @@ class _ToNHWC:
 
     def _softmax(self, var, call):
         out = self._sole_quantize(var)
-        if out is None or out[2] != "int8" \
+        if not self.tflite_softmax or out is None or out[2] != "int8" \
                 or (np.float32(out[0]), out[1]) == (np.float32(_SOFTMAX_SCALE),
                                                     _SOFTMAX_ZERO_POINT):
             return None
@@ -479,9 +494,12 @@ def _culprits(model: onnx.ModelProto, op: str) -> list[str]:
 
 
 def _check(model: onnx.ModelProto, where: str, mod: tvm.IRModule, lower: LowerFakeQuant):
-    """Raise :class:`ONNXError` for the first operator of ``mod``'s ``main`` left in float,
-    preferring one LowerFakeQuant found no kernel for, then any but a (de)quantize (which only
-    follow)."""
+    """Raise the error of the first operator no kernel computes (LowerFakeQuant's
+    ``refused``: the reason, naming its binding), else :class:`ONNXError` for the first
+    operator of ``mod``'s ``main`` left in float, preferring one LowerFakeQuant found no kernel
+    for, then any but a (de)quantize (which only follow)."""
+    for error in lower.refused.values():
+        raise error
     left = _float_ops(mod, mod["main"])
     if not left:
         return
@@ -497,13 +515,20 @@ def _check(model: onnx.ModelProto, where: str, mod: tvm.IRModule, lower: LowerFa
 
 
 # ====================================================================== public API
-def from_onnx(model: str | os.PathLike | onnx.ModelProto) -> tvm.IRModule:
+ARITHMETICS = (ONNXRUNTIME, "tflite")
+
+
+def from_onnx(model: str | os.PathLike | onnx.ModelProto,
+              arithmetic: str = ONNXRUNTIME) -> tvm.IRModule:
     """Import an int8 QDQ ONNX model (a path or a ``ModelProto``) as a Relax module whose
-    operators are integer kernels (see the module docstring). ``main`` takes and returns the
-    model's tensors (float, or int8 where the graph's inputs / outputs are) in its layouts, a
-    symbolic batch as 1. Raises :class:`ONNXError` for a file that is not a valid ONNX model,
-    for a symbolic dimension other than an input's batch and for any operator that would stay
-    in float."""
+    operators are integer kernels (see the module docstring) computing onnxruntime's
+    arithmetic (``arithmetic="onnxruntime"``, :mod:`.ort_arithmetic`) or TFLite's
+    (``"tflite"``). ``main`` takes and returns the model's tensors (float, or int8 where the
+    graph's inputs / outputs are) in its layouts, a symbolic batch as 1. Raises
+    :class:`ONNXError` for a file that is not a valid ONNX model, for a symbolic dimension
+    other than an input's batch and for any operator that would stay in float."""
+    if arithmetic not in ARITHMETICS:
+        raise ValueError(f"arithmetic must be one of {ARITHMETICS}, got {arithmetic!r}")
     model, where = _load(model)
     if not any(n.op_type == "QuantizeLinear" for n in model.graph.node):
         raise ONNXError(f"{where}: no QuantizeLinear node, not a QDQ-quantized model")
@@ -514,8 +539,11 @@ def from_onnx(model: str | os.PathLike | onnx.ModelProto) -> tvm.IRModule:
         first = (str(e).strip().splitlines() or [""])[0]
         raise ONNXError(f"{where}: TVM's ONNX frontend cannot import it: "
                         f"{type(e).__name__}: {first}") from None
-    mod["main"] = _ToNHWC(mod["main"], where).run()
-    lower = LowerFakeQuant()
+    converter = _ToNHWC(mod["main"], where, tflite_softmax=arithmetic != ONNXRUNTIME)
+    types = int8_types(mod["main"])                 # onnxruntime's, on the imported graph
+    mod["main"] = converter.run()
+    lower = LowerFakeQuant() if arithmetic != ONNXRUNTIME else LowerFakeQuant(OrtPatterns(
+        {converter.new[v]: t for v, t in types.items() if v in converter.new}))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")             # what stays in float is an error below
         mod = lower(mod)

@@ -24,6 +24,9 @@ Arithmetic follows TFLite's ``kernels/internal`` reference code as TFLite Micro 
   rescaled by the element count), AVERAGE_POOL the round-half-away integer division over the
   in-bounds window, ADD the ``left_shift = 20`` scheme.
 
+**onnxruntime's arithmetic**: an operator whose options say ``"arithmetic": "onnxruntime"``
+(an ONNX QDQ model's, :mod:`.ort_arithmetic`) runs that module's kernel instead.
+
 **Float32 kernels** (the float operators models put after their int8 core): SOFTMAX,
 LOG_SOFTMAX and ARG_MAX follow TFLite's ``reference_ops`` loop by loop, in float32 with its
 order of operations: the row maximum as ``std::max`` from ``lowest()`` (a NaN never becomes
@@ -1775,9 +1778,12 @@ SUPPORTED_OPS = frozenset(_PREPARE)
 
 
 def _prepare(ctx: _OpContext) -> Kernel:
-    """The operator's kernel; a refusal of a shared helper (multiplier, window, ...) gets the
-    operator's name."""
+    """The operator's kernel (onnxruntime's arithmetic for an operator whose options ask for
+    it, :mod:`.ort_arithmetic`); a refusal of a shared helper (multiplier, window, ...) gets
+    the operator's name."""
     try:
+        if _ort.is_onnxruntime(ctx.op.options):
+            return _ort.prepare(ctx)
         return _PREPARE[ctx.op.op](ctx)
     except ReferenceError as e:
         if str(e).startswith(ctx.where):
@@ -1857,3 +1863,7 @@ def run(model: TFLiteModel, inputs, runtime: str = TFLM) -> list[np.ndarray]:
 def run_all(model: TFLiteModel, inputs, runtime: str = TFLM) -> dict[int, np.ndarray]:
     """One-shot :meth:`Interpreter.run_all`."""
     return Interpreter(model, runtime).run_all(inputs)
+
+
+# onnxruntime's arithmetic builds on the kernels above (it imports this module)
+from . import ort_arithmetic as _ort  # noqa: E402

@@ -343,12 +343,12 @@ def kernel_callee(value) -> tuple[tvm.ir.GlobalVar | None, list]:
     return None, []
 
 
-def operator_model(description: OperatorDescription, args: Sequence | None = None
-                   ) -> tuple[TFLiteModel, Operator]:
+def operator_model(description: OperatorDescription, args: Sequence | None = None,
+                   source: str = "description") -> tuple[TFLiteModel, Operator]:
     """The one-operator :class:`TFLiteModel` of ``description`` (activations are its graph
     inputs, constants its constant tensors; with a ``pad``, the operator reads the padded
     tensor) and the operator. ``args``: the call's arguments, for a data operand passed as a
-    constant (its value is read off the constant)."""
+    constant (its value is read off the constant); ``source``: what messages name it by."""
     tensors, inputs, graph_inputs = [], [], []
     for k, entry in enumerate(description.inputs):
         if entry is None:
@@ -371,7 +371,7 @@ def operator_model(description: OperatorDescription, args: Sequence | None = Non
     op = Operator(0 if description.index is None else description.index, description.op,
                   tuple(inputs), (out.index,), dict(description.options))
     model = TFLiteModel(description.outputs[0]["name"], tuple(tensors), (op,),
-                        tuple(graph_inputs), (out.index,), source="description")
+                        tuple(graph_inputs), (out.index,), source=source)
     return model, op
 
 

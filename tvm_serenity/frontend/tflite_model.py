@@ -13,6 +13,11 @@
   from the schema classes of the ``tflite`` package, so every builtin operator loads;
 * ``inputs`` / ``outputs``: the graph's input and output tensor indices.
 
+Options that are no builtin option of the operator (tvm-serenity's own, e.g. the
+``"arithmetic": "onnxruntime"`` of an ONNX model's operators) travel in the model's metadata
+entry :data:`OPTIONS_METADATA` (JSON: ``{"operators": {"<position>": {option: value}}}``),
+which TFLite's own interpreters ignore; reading merges them into ``options``.
+
 Only the first subgraph (the main graph) is read. Anything malformed (unreadable file, wrong
 file identifier, truncated or random bytes, offsets or indices out of range, missing subgraph,
 constant data whose size does not match its shape) raises :class:`TFLiteError` naming the file
@@ -26,6 +31,7 @@ Whether the operators are well formed (what TFLite Micro's ``Prepare`` checks) i
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import re
 import struct
@@ -39,9 +45,10 @@ from ..text import counted
 
 __all__ = ["TFLiteError", "UnsupportedOperatorError", "Quantization", "Tensor", "Operator",
            "TFLiteModel", "load_tflite", "parse_tflite", "check_operators",
-           "BUILTIN_OPS", "TENSOR_TYPES", "FILE_IDENTIFIER"]
+           "BUILTIN_OPS", "TENSOR_TYPES", "FILE_IDENTIFIER", "OPTIONS_METADATA"]
 
 FILE_IDENTIFIER = b"TFL3"
+OPTIONS_METADATA = "tvm_serenity.operator_options"   # operators' non-builtin options (JSON)
 
 
 class TFLiteError(SerenityError, ValueError):
@@ -262,8 +269,9 @@ class _Reader:
         n_tensors = self.length(sub.TensorsLength(), 4, "tensors")
         tensors = tuple(self.tensor(model, sub.Tensors(i), i, n_buffers) for i in range(n_tensors))
         n_ops = self.length(sub.OperatorsLength(), 4, "operators")
-        operators = tuple(self.operator(sub.Operators(i), i, codes, n_tensors)
-                          for i in range(n_ops))
+        extra = self.extra_options(model, n_buffers)
+        operators = tuple(self.operator(sub.Operators(i), i, codes, n_tensors,
+                                        extra.get(str(i), {})) for i in range(n_ops))
         inputs = self.indices(sub.InputsAsNumpy(), n_tensors, "subgraph inputs")
         outputs = self.indices(sub.OutputsAsNumpy(), n_tensors, "subgraph outputs")
         if not outputs:
@@ -356,8 +364,28 @@ class _Reader:
         zero_point.flags.writeable = False
         return Quantization(scale, zero_point, axis)
 
-    def operator(self, op_fb, index: int, codes: list[tuple[str, int]], n_tensors: int
-                 ) -> Operator:
+    def extra_options(self, model, n_buffers: int) -> dict[str, dict]:
+        """The operators' non-builtin options, by position (the :data:`OPTIONS_METADATA`
+        entry; none without it)."""
+        for k in range(self.length(model.MetadataLength(), 4, "metadata")):
+            entry = model.Metadata(k)
+            if (entry.Name() or b"").decode("utf-8", "replace") != OPTIONS_METADATA:
+                continue
+            if not 0 <= entry.Buffer() < n_buffers:
+                raise self.fail(f"metadata '{OPTIONS_METADATA}': buffer {entry.Buffer()} out "
+                                "of range")
+            raw = self.buffer_bytes(model.Buffers(entry.Buffer()), f"metadata "
+                                    f"'{OPTIONS_METADATA}'")
+            try:
+                operators = json.loads(raw.decode("utf-8"))["operators"]
+            except (UnicodeDecodeError, ValueError, KeyError, TypeError):
+                raise self.fail(f"metadata '{OPTIONS_METADATA}' is not the JSON of operator "
+                                "options") from None
+            return {str(k): dict(v) for k, v in operators.items()}
+        return {}
+
+    def operator(self, op_fb, index: int, codes: list[tuple[str, int]], n_tensors: int,
+                 extra: dict | None = None) -> Operator:
         ci = op_fb.OpcodeIndex()
         if not 0 <= ci < len(codes):
             raise self.fail(f"operator {index}: opcode index {ci} out of range "
@@ -377,7 +405,7 @@ class _Reader:
                 found = "none" if cls is None else cls.__name__
                 raise self.fail(f"{where}: its builtin options must be {wanted}, found {found} "
                                 "(TFLite Micro would run it with zeroed options)")
-        return Operator(index, op, inputs, outputs, options, version)
+        return Operator(index, op, inputs, outputs, {**options, **(extra or {})}, version)
 
 
 # ------------------------------------------------------------------------------- options

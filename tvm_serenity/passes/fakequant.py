@@ -46,13 +46,19 @@ writes an int8 AVERAGE_POOL_2D as integer ops, ``astype(avg_pool2d(astype(x, int
 whose division truncates where TFLite rounds: that form becomes ``average_pool_int8`` too (its
 int8 MAX_POOL_2D is exact already and stays).
 
+``LowerFakeQuant(patterns)`` lowers with another arithmetic instead: ``patterns(matcher,
+operator, variable)`` gives each quantized operator's kernel (an ONNX import's,
+:class:`~tvm_serenity.passes.ort_fakequant.OrtPatterns`, describes onnxruntime's arithmetic).
+
 Anything else is never rewritten on a guess: an operator TFLite's operator set cannot state
 (e.g. a clamp no fused activation gives, a pool with padding its kernel cannot apply) stays in
 float, and so does any other float computation; its final ``quantize`` only gets TFLite's
 rounding (a float32 QUANTIZE), and a ``warnings.warn`` names, per function, the operators left
-as imported. Run it before ``LegalizeOps`` (the pipeline has it first in ``BEFORE_LEGALIZE``).
-What it did is kept on the instance: ``.lowered`` (kernel kind -> count) and ``.unlowered``
-(operator -> count).
+as imported; so does an operator whose kernel cannot be built (e.g. onnxruntime's arithmetic
+of a broadcasting ADD): the error saying why is kept. Run it before ``LegalizeOps`` (the
+pipeline has it first in ``BEFORE_LEGALIZE``). What it did is kept on the instance:
+``.lowered`` (kernel kind -> count), ``.unlowered`` (operator -> count) and ``.refused``
+(binding -> the error), which a microcontroller build raises, naming the binding.
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ..errors import SerenityError
 from ..frontend import reference as ref
 from ..frontend import relax_import as ri
 from ..frontend.relax_import import INHERIT
@@ -149,6 +156,9 @@ class _Window:
 # None when TFLite's operator set cannot say it, e.g. a clamp no fused activation gives).
 Describe = Callable[[relax.Var], "ri.OperatorDescription | None"]
 Kernel = tuple[str, list, Describe | None]     # (kind, inputs, how to describe it)
+# Another arithmetic's kernel for a quantized operator: (matcher, operator, its variable) ->
+# Kernel or None (:class:`tvm_serenity.passes.ort_fakequant.OrtPatterns`).
+Patterns = Callable[["_Matcher", "_Root", relax.Var], "Kernel | None"]
 
 _ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
 
@@ -617,11 +627,12 @@ def _description(kernel: Kernel | None, var: relax.Var) -> ri.OperatorDescriptio
 
 
 def _kernel_call(bb: relax.BlockBuilder, description: ri.OperatorDescription, inputs: list,
-                 name: str) -> relax.Expr:
+                 name: str, where: str) -> relax.Expr:
     """The call of the integer kernel of ``description`` (its ``arg`` ``k`` is ``inputs[k]``):
     :func:`~tvm_serenity.frontend.relax_import.operator_call`, the importer's one way. An
     operator that computes in whatever quantization its input has (the frontend's integer
-    average pool) is built with a stand-in quantization and keeps saying so."""
+    average pool) is built with a stand-in quantization and keeps saying so. ``where`` names
+    the binding in messages."""
     inherit = any(e is not None and e.get("quant") == INHERIT
                   for e in (*description.inputs, *description.outputs))
     if inherit:
@@ -632,7 +643,7 @@ def _kernel_call(bb: relax.BlockBuilder, description: ri.OperatorDescription, in
                          for e in description.inputs),
             outputs=tuple({**e, "quant": stand_in} if e.get("quant") == INHERIT else e
                           for e in description.outputs))
-    model, op = ri.operator_model(description, inputs)
+    model, op = ri.operator_model(description, inputs, where)
     values = {op.inputs[k]: inputs[e["arg"]] for k, e in enumerate(description.inputs)
               if e is not None and "arg" in e}
     return ri.operator_call(bb, model, op, values, name=name, index=None, inherit=inherit,
@@ -643,12 +654,14 @@ def _kernel_call(bb: relax.BlockBuilder, description: ri.OperatorDescription, in
 class LowerFakeQuant:
     """Rewrite ``dequantize -> float op -> quantize`` into integer kernels (module docstring)."""
 
-    def __init__(self):
+    def __init__(self, patterns: Patterns | None = None):
+        self.patterns = patterns               # another arithmetic's kernels (an ONNX import)
         self.lowered: Counter = Counter()      # kernel kind -> how many
         self.unlowered: Counter = Counter()    # operator left as imported -> how many
+        self.refused: dict[str, SerenityError] = {}   # binding -> why no kernel computes it
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        self.lowered, self.unlowered = Counter(), Counter()
+        self.lowered, self.unlowered, self.refused = Counter(), Counter(), {}
         bb = relax.BlockBuilder(mod)
         changed = False
         for gvar, func in relax_functions(mod):
@@ -678,7 +691,8 @@ class LowerFakeQuant:
             root = matcher.root(b, clipped)
             if root is None:
                 continue
-            kernel = matcher.kernel(root)
+            kernel = matcher.kernel(root) if self.patterns is None \
+                else self.patterns(matcher, root, b.var)
             description = _description(kernel, b.var)
             if description is None:         # the operator stays; only its quantize is lowered
                 computed = matcher.value(root.computed)
@@ -691,7 +705,13 @@ class LowerFakeQuant:
                 if description is None:
                     continue
             kind, inputs, _ = kernel
-            calls[b.var] = _kernel_call(bb, description, inputs, f"{kind}_{b.var.name}")
+            try:
+                calls[b.var] = _kernel_call(bb, description, inputs, f"{kind}_{b.var.name}",
+                                            f"binding '{b.var.name}'")
+            except SerenityError as e:      # no kernel computes it: it stays as imported
+                self.refused.setdefault(b.var.name, e)
+                left[description.op.lower()] += 1
+                continue
             self.lowered[kind] += 1
         if not calls:
             return None, left
