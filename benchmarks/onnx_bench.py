@@ -14,8 +14,9 @@ ort_arithmetic`, the kernel onnxruntime runs decided per node). Per model:
 byte for byte against the reference interpreter on the operators the build compiled), then
 over ``--seeds`` random inputs (float normal for the float inputs, uniform int8 for the MLPerf
 models' int8 inputs), on the host build of the same C: its outputs equal the reference
-interpreter's on every input, and how far they are from onnxruntime on the int8 values behind
-each output (max LSB and the fraction of differing values). Exact except where onnxruntime
+interpreter's (and the llvm build's of ``from_onnx``'s module) on every input, and how far they
+are from onnxruntime on the int8 values behind each output (max LSB and the fraction of
+differing values). Exact except where onnxruntime
 runs a float Conv (or a several-row float Gemm) whose MLAS summation order is not reproduced:
 the table counts those kernels. For an MLPerf model the host build of the original ``.tflite``
 runs the same int8 inputs too: "vs the .tflite" is the max LSB between the two builds'
@@ -46,14 +47,23 @@ def _outputs(build, inputs) -> list[np.ndarray]:
             for raw, t in zip(result.outputs, build.emitted.outputs)]
 
 
+def _llvm(mod, inputs) -> list[np.ndarray]:
+    """The outputs of ``tvm.compile(mod, target="llvm")`` on ``inputs`` (the Relax VM)."""
+    import tvm
+    from tvm import relax
+    ex = tvm.compile(mod, target="llvm")
+    out = relax.VirtualMachine(ex, tvm.cpu())["main"](*[tvm.runtime.tensor(a) for a in inputs])
+    return [out.numpy()] if isinstance(out, tvm.runtime.Tensor) else [o.numpy() for o in out]
+
+
 def measure(label: str, activations: str, path: str, inputs: list[list[np.ndarray]],
             folder: Path, tflite: Path | None = None) -> dict:
     """One row: ``path`` built for the Pico and the host, run on each input set of
     ``inputs``; with ``tflite``, that model's host build runs them too."""
     from tvm_serenity import micro
     from tvm_serenity.frontend import ort_arithmetic as ort
-    from tvm_serenity.frontend.onnx_import import (compare_int8, onnx_reference_int8,
-                                                   quantize_outputs)
+    from tvm_serenity.frontend.onnx_import import (compare_int8, from_onnx,
+                                                   onnx_reference_int8, quantize_outputs)
     from tvm_serenity.frontend.reference import Interpreter
 
     pico = micro.build_model(path, "pico", folder / "pico")
@@ -61,10 +71,12 @@ def measure(label: str, activations: str, path: str, inputs: list[list[np.ndarra
     host = micro.build_model(path, "host", folder / "host")
     original = None if tflite is None else micro.build_model(tflite, "host", folder / "tflite")
     reference = Interpreter(host.core.model)
-    lsb, differing, values, reference_equal, tflite_lsb = 0, 0, 0, True, 0
+    module = from_onnx(path)
+    lsb, differing, values, reference_equal, llvm_equal, tflite_lsb = 0, 0, 0, True, True, 0
     for feed in inputs:
         ours = _outputs(host, feed)
         reference_equal &= all(np.array_equal(a, b) for a, b in zip(ours, reference.run(feed)))
+        llvm_equal &= all(np.array_equal(a, b) for a, b in zip(ours, _llvm(module, feed)))
         for got, want in zip(quantize_outputs(path, ours), onnx_reference_int8(path, feed)):
             m, fraction = compare_int8(got, want)
             lsb = max(lsb, m)
@@ -76,7 +88,7 @@ def measure(label: str, activations: str, path: str, inputs: list[list[np.ndarra
     return {"model": label, "activations": activations,
             "operators": len(operators), "arena": pico.arena_bytes,
             "scratch": pico.scratch_bytes, "cycles": run.cycles,
-            "reference_equal": reference_equal,
+            "reference_equal": reference_equal, "llvm_equal": llvm_equal,
             "float": sum(op.options.get(ort.KERNEL) in ort.FLOAT_KERNELS for op in operators),
             "approximate": sum(not ort.reproduced(pico.core.model, op) for op in operators),
             "lsb": lsb, "fraction": differing / values, "values": values,
@@ -126,11 +138,12 @@ def mlperf_row(python: str, tflite: Path, seeds: int, work: Path) -> dict:
 def report(rows: list[dict], seeds: int, mlperf: bool) -> str:
     body = table(["model", "activations", "operators", "float kernels (not reproduced)",
                   "arena B", "scratch B", "rp2040js cycles", "bit-exact (reference, rp2040js)",
-                  f"host = reference ({seeds} inputs)", "max LSB vs onnxruntime",
+                  f"host = reference ({seeds} inputs)", "= llvm build", "max LSB vs onnxruntime",
                   "values differing", "vs the .tflite"],
                  [[r["model"], r["activations"], r["operators"],
                    f"{r['float']} ({r['approximate']})", r["arena"], r["scratch"],
-                   r["cycles"], "yes", "yes" if r["reference_equal"] else "NO", r["lsb"],
+                   r["cycles"], "yes", "yes" if r["reference_equal"] else "NO",
+                   "yes" if r["llvm_equal"] else "NO", r["lsb"],
                    f"{100 * r['fraction']:.1f}% of {r['values']:,}",
                    "-" if r["tflite_lsb"] is None else f"{r['tflite_lsb']} LSB"]
                   for r in rows])
@@ -168,9 +181,9 @@ def report(rows: list[dict], seeds: int, mlperf: bool) -> str:
             f"the operators the build compiled (`model.tflite`); over {seeds} random inputs "
             "(float normal, or uniform int8 for int8 inputs) the host build of the same C "
             "equals the reference interpreter, and the int8 values behind each output are "
-            "compared with onnxruntime's (default session options). The llvm build "
-            "(`--target llvm`) still computes these operators with TFLite's fixed point until "
-            "it runs the kernel family.\n\n"
+            "compared with onnxruntime's (default session options); '= llvm build': the same "
+            "outputs from `tvm.compile(from_onnx(path), target=\"llvm\")`, whose operators "
+            "call the same kernels (one kernel family).\n\n"
             f"{body}\n")
 
 
