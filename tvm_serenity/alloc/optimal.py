@@ -39,6 +39,11 @@ solution hint. Phases, all within ``time_limit``:
 3. *above the bound* (if 2 found nothing): minimise ``A`` between the bound and the heuristic,
    then the number of right shifts, hinted with the heuristic.
 
+Each solver run starts with one deterministic worker (bounded by CP-SAT's deterministic time,
+a measure of work, and a quarter of the run's time): what it proves optimal or infeasible is
+taken, so the same input gives the same plan, byte for byte, on any machine load; only what it
+cannot settle goes on to CP-SAT's parallel portfolio (which returns any of tied optima).
+
 The result is never worse than the heuristic; when the time limit stops the search, ``gap`` is
 the proven gap to the best lower bound known. ``time_limit`` is one deadline (seconds or a
 :class:`~tvm_serenity.schedule.stop.Deadline`, default :data:`DEFAULT_TIME_LIMIT`) for the warm
@@ -66,6 +71,10 @@ from .plan import (ArenaPlan, Move, PlanError, arena_lower_bound, label, make_pl
 __all__ = ["plan_optimal", "DEFAULT_TIME_LIMIT"]
 
 DEFAULT_TIME_LIMIT = 5.0
+# The first solver run of each phase: one worker, bounded by CP-SAT's deterministic time (a
+# measure of work, so the same on a loaded machine) and by this share of the phase's time
+DETERMINISTIC_WORK = 1.0
+DETERMINISTIC_SHARE = 0.25
 
 
 def plan_optimal(graph: Graph | None, liveness: Liveness, alignment: int = 1, *,
@@ -172,12 +181,15 @@ class _Search:
             model.minimize(sum(moves))
         if hint is not None:
             _add_hint(model, x, arena, shared, hint, a)
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = self.workers
-        solver.parameters.random_seed = self.seed
-        solver.parameters.max_time_in_seconds = run_deadline.remaining()
-        code = solver.solve(model)
+        # one deterministic worker first (reproducible plans: a parallel search returns any of
+        # the tied optima), the parallel portfolio only when it neither proves nor refutes
+        solver, code = self._solve(model, 1, run_deadline.share(DETERMINISTIC_SHARE),
+                                   DETERMINISTIC_WORK)
         seconds = self.details.get("solver_seconds", 0.0) + solver.wall_time
+        if code not in (cp_model.OPTIMAL, cp_model.INFEASIBLE, cp_model.MODEL_INVALID) \
+                and not run_deadline.expired():
+            solver, code = self._solve(model, self.workers, run_deadline, None)
+            seconds += solver.wall_time
         self.details.update(solver="cp-sat", solver_status=solver.status_name(code),
                             solver_seconds=round(seconds, 6))
         if code == cp_model.MODEL_INVALID:
@@ -191,6 +203,16 @@ class _Search:
         found = _extract(solver, x, arena, a, self.liveness, shared)
         better = hint is None or (found[3], len(found[2])) < (hint[3], len(hint[2]))
         return code, (found if better else None)
+
+
+    def _solve(self, model, workers: int, deadline: Deadline, work: float | None):
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = workers
+        solver.parameters.random_seed = self.seed
+        solver.parameters.max_time_in_seconds = max(deadline.remaining(), 0.0)
+        if work is not None:
+            solver.parameters.max_deterministic_time = work
+        return solver, solver.solve(model)
 
 
 def _add_hint(model, x, arena, shared, layout, alignment) -> None:
