@@ -73,44 +73,60 @@ def fuse(mod):
 # ------------------------------------------------------------------------- fixed-point helper
 def test_kernel_requantization_on_llvm_matches_the_reference():
     """The kernel family's requantization (kernels.requantize), built by TVM's llvm, against
-    reference.multiply_by_quantized_multiplier: per-channel multipliers with left shifts (of
-    negative values too, where TVM's simplifier once folded the int32/uint32 casts wrongly),
-    zero and right shifts, exact rounding ties, and int32 extremes; and once with the shift a
-    run-time value."""
+    reference.multiply_by_quantized_multiplier: per-channel multipliers of both signs (negative
+    scales occur: MCUNet's first convolution) with left shifts (of negative values too, where
+    TVM's simplifier once folded the int32/uint32 casts wrongly), zero and right shifts, exact
+    rounding ties, and int32 extremes; with the multipliers and shifts constants, then run-time
+    values (as the kernels load them); and as a kernel does it, from int8 values to a clamped
+    int8 (the context in which the folded casts showed)."""
     from tvm.script.ir_builder import IRBuilder
     from tvm.script.ir_builder import tirx as T
     from tvm_serenity.codegen.kernels import requantize
 
     rng = np.random.default_rng(0)
-    shifts = np.array([3, 1, 0, -1, -5, -12, -31, -20], dtype=np.int64)
+    shifts = np.array([3, 1, 0, -1, -5, -12, -31, -20, 2, 0, -7, -31], dtype=np.int64)
     multipliers = np.array([1 << 30, (1 << 31) - 1, 1518500250, 1 << 30, 1431655765,
-                            2004318071, 1 << 30, 1717986918], dtype=np.int64)
-    acc = rng.integers(-(1 << 31), 1 << 31, (64, 8), dtype=np.int64)
+                            2004318071, 1 << 30, 1717986918, -1921673769, -(1 << 30),
+                            -((1 << 31) - 1), -1518500250], dtype=np.int64)
+    channels = len(shifts)
+    acc = rng.integers(-(1 << 31), 1 << 31, (64, channels), dtype=np.int64)
     acc[:8] = np.array([(1 << 31) - 1, -(1 << 31), 0, -1, 1, 2048, -2048, 6144])[:, None]
     acc[8:16] = (np.arange(-4, 4)[:, None] * 2 + 1) << np.maximum(-shifts - 1, 0)   # ties
-    acc[16:24] = rng.integers(-5000, 5000, (8, 8))                # small, negative, shifted
+    acc[16:24] = rng.integers(-5000, 5000, (8, channels))        # small, negative, shifted
     acc = acc.astype(np.int32)
     want = reference.multiply_by_quantized_multiplier(acc.astype(np.int64), multipliers, shifts)
 
-    def build(runtime_shift: bool):
+    def build(runtime: bool, from_int8: bool):
         with IRBuilder() as builder:
             with T.prim_func():
                 T.func_name("k")
-                x = T.arg("x", T.Buffer(acc.shape, "int32"))
-                s = T.arg("s", T.Buffer((8,), "int32"))
-                y = T.arg("y", T.Buffer(acc.shape, "int32"))
+                x = T.arg("x", T.Buffer(acc.shape, "int8" if from_int8 else "int32"))
+                s = T.arg("s", T.Buffer((channels,), "int32"))
+                m = T.arg("m", T.Buffer((channels,), "int32"))
+                y = T.arg("y", T.Buffer(acc.shape, "int8" if from_int8 else "int32"))
                 with T.serial(0, acc.shape[0]) as i:
-                    for c in range(8):
-                        shift = s[c] if runtime_shift else int(shifts[c])
-                        T.buffer_store(y, requantize(x[i, c], int(multipliers[c]), shift),
-                                       [i, c])
+                    for c in range(channels):
+                        shift = s[c] if runtime else int(shifts[c])
+                        multiplier = m[c] if runtime else int(multipliers[c])
+                        value = requantize(tvm.tirx.Cast("int32", x[i, c]), multiplier, shift)
+                        if from_int8:
+                            value = tvm.tirx.Cast("int8", tvm.tirx.max(tvm.tirx.min(
+                                value, tvm.tirx.const(127, "int32")),
+                                tvm.tirx.const(-128, "int32")))
+                        T.buffer_store(y, value, [i, c])
         return tvm.tirx.build(builder.get().with_attr("global_symbol", "k"), target="llvm")
 
-    for runtime_shift in (False, True):
-        out = tvm.runtime.tensor(np.zeros_like(acc))
-        build(runtime_shift)["k"](tvm.runtime.tensor(acc),
-                                  tvm.runtime.tensor(shifts.astype(np.int32)), out)
-        np.testing.assert_array_equal(out.numpy(), want)
+    small = rng.integers(-128, 128, acc.shape).astype(np.int8)
+    small_want = np.clip(reference.multiply_by_quantized_multiplier(
+        small.astype(np.int64), multipliers, shifts), -128, 127).astype(np.int8)
+    for runtime in (False, True):
+        for from_int8, data, expected in ((False, acc, want), (True, small, small_want)):
+            out = tvm.runtime.tensor(np.zeros_like(data))
+            build(runtime, from_int8)["k"](tvm.runtime.tensor(data),
+                                           tvm.runtime.tensor(shifts.astype(np.int32)),
+                                           tvm.runtime.tensor(multipliers.astype(np.int32)),
+                                           out)
+            np.testing.assert_array_equal(out.numpy(), expected)
 
 
 # ------------------------------------------------------------------------ single operators

@@ -287,31 +287,39 @@ def requantize(x, multiplier, shift):
     """``MultiplyByQuantizedMultiplier(x, multiplier, shift)`` (TFLite, double rounding) in
     32-bit operations that are well defined in C; binds its temporaries as locals in the
     current frame and returns the result.  ``multiplier``/``shift`` are int32 expressions or
-    Python ints (folded).  Preconditions: ``0 <= multiplier < 2^31`` (``QuantizeMultiplier``),
+    Python ints (folded).  Preconditions: ``-2^31 < multiplier < 2^31`` (``QuantizeMultiplier``
+    of a scale of either sign: MCUNet's first convolution has negative ones),
     ``-31 <= shift <= 30``.
 
     * ``x << max(shift, 0)`` is done on uint32, so it wraps like TFLite's ``x * (1 << s)``.
     * ``SaturatingRoundingDoublingHighMul(a, m) = floor((a*m + 2^30) / 2^31)`` (gemmlowp's
       negative nudge followed by a truncating division gives the same floor; its saturating
       case needs ``m = INT32_MIN``).  With ``a = ah*2^16 + al``, ``m = mh*2^16 + ml``
-      (``al, ml`` in ``[0, 2^16)``, ``ah`` signed, ``mh`` in ``[0, 2^15)``)::
+      (``al, ml`` in ``[0, 2^16)``, ``ah``, ``mh`` signed in ``[-2^15, 2^15)``)::
 
           a*m + 2^30 = H*2^32 + u*2^16 + (ll mod 2^16)   with
           ll = al*ml                        in [0, 2^32)   (uint32)
           t  = ah*ml + (ll >> 16)           in [-2^31 + 2^15, 2^31 - 2^15)
-          u  = al*mh + (t mod 2^16) + 2^14  in [2^14, 2^31 - 2^14]
+          u  = al*mh + (t mod 2^16) + 2^14  in (-2^31 + 2^15, 2^31 - 2^14)
           H  = ah*mh + (t >> 16)            in [-2^30, 2^30)
 
-      so the result is ``2*H + (u >> 15)``: four 32-bit multiplies and no 64-bit product
-      (which costs a libgcc ``__aeabi_lmul`` call on a Cortex-M0+); by the ranges above no
-      signed operation overflows and the one unsigned product cannot wrap.
+      (``H = 2^30``, where ``2*H`` would overflow, needs ``ah = mh = -2^15`` and ``t >= 0``,
+      so ``ml = 0``: ``m = INT32_MIN``), so the result is ``2*H + (u >> 15)``:
+      four 32-bit multiplies and no 64-bit product (which costs a libgcc ``__aeabi_lmul`` call
+      on a Cortex-M0+); by the ranges above no signed operation overflows and the one unsigned
+      product cannot wrap (TVM's LLVM code marks unsigned multiplies ``nuw``: ``al*mh`` is a
+      signed product, as ``mh`` may be negative).
     * ``RoundingDivideByPOT(v, e)`` with ``mask = 2^e - 1`` formed on uint32 (``e <= 31``);
       its comparison ``(v & mask) > (mask >> 1) + (v < 0)`` is read off the sign bit of the
       difference of the two sides (both lie in ``[0, 2^31)``).  The whole computation is
       branch-free: on a Cortex-M0+ each data-dependent branch costs a pipeline refill.
     """
-    if isinstance(multiplier, int):
-        multiplier = tirx.const(multiplier, "int32")
+    if isinstance(multiplier, int):     # its halves folded here: a negative one has no uint32
+        m_parts = (tirx.const(multiplier & 0xFFFF, "uint32"),
+                   tirx.const(multiplier >> 16, "int32"))
+    else:
+        m_parts = (_u32(multiplier) & tirx.const(0xFFFF, "uint32"),
+                   _cast("int32", multiplier) >> 16)
     if isinstance(shift, int):
         left, right = max(shift, 0), max(-shift, 0)
     else:
@@ -331,12 +339,12 @@ def requantize(x, multiplier, shift):
         bits = _let("bits", unshifted << _u32(left), "uint32")
         x_low = _let("x_low", bits & tirx.const(0xFFFF, "uint32"), "uint32")
         x_high = _let("x_high", tirx.reinterpret("int32", bits) >> 16)
-    m_low = _let("m_low", _u32(multiplier) & tirx.const(0xFFFF, "uint32"), "uint32")
-    m_high = _let("m_high", _cast("int32", multiplier) >> 16)
+    m_low = _let("m_low", m_parts[0], "uint32")
+    m_high = _let("m_high", m_parts[1])
     low = _let("low", x_low * m_low, "uint32")
     t = _let("t", x_high * _cast("int32", m_low)
              + _cast("int32", low >> tirx.const(16, "uint32")))
-    u = _let("u", _cast("int32", x_low * _u32(m_high)) + (t & 0xFFFF) + (1 << 14))
+    u = _let("u", _cast("int32", x_low) * m_high + (t & 0xFFFF) + (1 << 14))
     high = _let("high", (x_high * m_high + (t >> 16)) * 2 + (u >> 15))
     mask = _let("mask", _cast("int32", (tirx.const(1, "uint32") << _u32(right))
                               - tirx.const(1, "uint32")))
