@@ -170,12 +170,23 @@ def test_two_segments_from_the_cli_are_bit_exact_on_host(tmp_path, capsys, strea
     assert [seg["grid"] for seg in plan["segments"]] == [[2, 2], [3, 2]]
     assert len(plan["layers"]) == 9 and plan["segments"][1]["reads"] == "add_4.patch3"
     for bad, message in ((["--patch-layers", "5,x", "--patch-grid", "2x2"], "numbers joined"),
+                         (["--patch-layers", "5,0", "--patch-grid", "2x2,2x2"],
+                          "--patch-layers must be a positive number"),
                          (["--patch-layers", "5,4", "--patch-grid", "2x2"], "one per segment"),
                          (["--patch-layers", "5,3", "--patch-grid", "2x2,2x2"],
-                          "cannot end there")):
+                          "cannot end there"),
+                         (["--patch-layers", "5"], "--patch-layers and --patch-grid force"),
+                         (["--patch-overhead", "-1"], "--patch-overhead must be a fraction")):
         assert main(["compile", str(path), "--target", "host", "-o", str(tmp_path / "bad"),
                      "--patch", *bad]) != 0
         assert message in capsys.readouterr().err
+    # the flags that only mean something with --patch, named as flags
+    for alone in (["--stream-input"], ["--patch-overhead", "0.1"],
+                  ["--patch-layers", "5", "--patch-grid", "2x2"]):
+        assert main(["compile", str(path), "--target", "host", "-o", str(tmp_path / "bad"),
+                     *alone]) != 0
+        assert "go with --patch" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
 
 
 def _float_input_cnn(seed=3):

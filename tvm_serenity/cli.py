@@ -216,6 +216,14 @@ def _cmd_compile(args) -> int:
         or args.patch_overhead is not None or args.stream_input
     if args.target == LLVM_TARGET and patching:
         raise SerenityError("--patch is for the MCU targets (pico, pico2, host), not llvm")
+    if patching and not args.patch:       # the flags the API's messages would name otherwise
+        raise SerenityError("--patch-layers, --patch-grid, --patch-overhead and --stream-input "
+                            "go with --patch")
+    if (args.patch_layers is None) != (args.patch_grid is None):
+        raise SerenityError("--patch-layers and --patch-grid force a patch plan together")
+    if args.patch_overhead is not None and not 0 <= args.patch_overhead <= 10:
+        raise SerenityError(f"--patch-overhead must be a fraction of the MACs in [0, 10], got "
+                            f"{args.patch_overhead:g}")
     layers, grid = _patch_plan(args.patch_layers, args.patch_grid)
     if args.target == LLVM_TARGET:
         from .relax_deploy import REPORT_FILE, compile_relax
@@ -256,9 +264,10 @@ def _patch_plan(layers: str | None, grids: str | None):
     """``--patch-layers K[,K...]`` as ints and ``--patch-grid G[,G...]`` as grid texts
     (``RxC`` or ``Rx1c``, one per segment; one segment: a plain int and text), refused in
     one line when malformed."""
-    if layers is not None and not all(k.strip().isdigit() for k in layers.split(",")):
-        raise SerenityError(f"--patch-layers must be a number of layers (or numbers joined "
-                            f"by commas), got '{layers}'")
+    if layers is not None and not all(k.strip().isdigit() and int(k) > 0
+                                      for k in layers.split(",")):
+        raise SerenityError(f"--patch-layers must be a positive number of layers (or numbers "
+                            f"joined by commas), got '{layers}'")
     from .rewrite.patch import PatchError, parse_grid
     texts = [t.strip() for t in grids.split(",")] if grids is not None else []
     for text in texts:
