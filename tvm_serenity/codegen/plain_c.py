@@ -113,7 +113,7 @@ def _abi_comment(spec: LayerSpec, layout: str) -> str:
     if spec.op in ("conv2d", "depthwise_conv2d"):
         lines.append(f"Baked: input_zero_point {spec.input_zero_point}, output_zero_point "
                      f"{spec.output_zero_point}, clamp [{spec.act_min}, {spec.act_max}]; "
-                     "multipliers must lie in [0, 2^31).")
+                     "multipliers must lie in (-2^31, 2^31).")
     return "/* " + "\n * ".join(lines) + "\n */"
 
 
@@ -214,9 +214,9 @@ def _lower_to_c(func: tirx.PrimFunc, symbol: str, return_type: str) -> tuple[str
 @functools.cache
 def requantize_c_function() -> str:
     """``static inline int32_t serenity_mbqm(int32_t x, int32_t multiplier, int32_t shift)``:
-    TFLite's ``MultiplyByQuantizedMultiplier`` for multipliers in ``[0, 2^31)``, lowered from
+    TFLite's ``MultiplyByQuantizedMultiplier`` for multipliers in ``(-2^31, 2^31)``, lowered from
     :func:`.kernels.requantize` (the expression every generated kernel inlines)."""
     args, body = _lower_to_c(requantize_prim_func(), REQUANTIZE_SYMBOL, "int32_t")
     return (f"/* TFLite MultiplyByQuantizedMultiplier (double rounding) for multipliers in "
-            f"[0, 2^31),\n * generated from tvm_serenity.codegen.kernels.requantize. */\n"
+            f"(-2^31, 2^31),\n * generated from tvm_serenity.codegen.kernels.requantize. */\n"
             f"static inline int32_t {REQUANTIZE_SYMBOL}({args}) {{\n{body}")
