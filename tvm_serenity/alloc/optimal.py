@@ -204,8 +204,9 @@ class _Search:
         better = hint is None or (found[3], len(found[2])) < (hint[3], len(hint[2]))
         return code, (found if better else None)
 
-
     def _solve(self, model, workers: int, deadline: Deadline, work: float | None):
+        """A CP-SAT run of ``model`` with ``workers`` until ``deadline`` (and, with ``work``,
+        that much deterministic time): the solver and its status."""
         solver = cp_model.CpSolver()
         solver.parameters.num_workers = workers
         solver.parameters.random_seed = self.seed
