@@ -54,8 +54,9 @@ class Case:
     arrays: dict = field(default_factory=dict)    # weight, bias, ..., input2 (flat)
 
 
-def _requant(rng, channels, zero_point, act):
-    reals = 10.0 ** rng.uniform(-4.5, 0.6, channels)   # shifts from about -14 to +2
+def _requant(rng, channels, zero_point, act, right_shifts: bool = False):
+    # shifts from about -14 to +2, or to 0 (scales below 1) for a right_shifts kernel
+    reals = 10.0 ** rng.uniform(-4.5, -0.01 if right_shifts else 0.6, channels)
     pairs = [ref.quantize_multiplier(r) for r in reals]
     return ref.Requant(np.array([m for m, _ in pairs], dtype=np.int64),
                        np.array([s for _, s in pairs], dtype=np.int64), zero_point, *act)
@@ -76,7 +77,7 @@ def make_case(spec: LayerSpec, seed: int) -> Case:
                  else (1,) + g.kernel + (g.out_channels,))
         weight = rng.integers(-127, 128, shape, dtype=np.int8)
         bias = rng.integers(-40000, 40000, g.out_channels).astype(np.int32)
-        requant = _requant(rng, g.out_channels, zp_out, act)
+        requant = _requant(rng, g.out_channels, zp_out, act, spec.right_shifts)
         params = ref.ConvParams(g.stride, g.dilation, g.padding, zp_in, requant)
         kernel = ref.conv2d_int8 if spec.op == "conv2d" else ref.depthwise_conv2d_int8
         expected = kernel(x[None], weight, bias, params)[0]
@@ -273,7 +274,8 @@ def random_spec(rng: random.Random) -> LayerSpec:
             padding = tuple(rng.randint(0, 2) for _ in range(4)) if op != "pointwise" \
                 else (0, 0, 0, 0)
         quant = dict(input_zero_point=rng.randint(-128, 127),
-                     output_zero_point=rng.randint(-128, 127))
+                     output_zero_point=rng.randint(-128, 127),
+                     right_shifts=rng.random() < 0.5)
         try:
             if op in ("max_pool2d", "avg_pool2d"):
                 make = LayerSpec.max_pool2d if op == "max_pool2d" else LayerSpec.avg_pool2d
@@ -446,6 +448,9 @@ def test_layouts_share_the_loops():
      "exceeds"),
     (lambda: AddRescale(0, 1 << 30, 1, 1 << 30, -1, 1 << 30, -20), "shift"),
     (lambda: kernel_params(LayerSpec.conv2d((4, 4, 2), 2, 3), "inplace"), "layout"),
+    (lambda: LayerSpec.max_pool2d((4, 4, 2), 2, right_shifts=True), "right_shifts"),
+    (lambda: LayerSpec.conv2d((4, 4, 2), 2, 3, arithmetic="onnxruntime", right_shifts=True),
+     "right_shifts"),
 ])
 def test_invalid_specs_are_rejected(bad, message):
     with pytest.raises(CodegenError, match=message):
@@ -995,6 +1000,19 @@ def test_requantize_tir_on_llvm_matches_the_c():
                         rng.integers(*M_RANGE, 1500).tolist(),
                         rng.integers(-31, 31, 1500).tolist()))
     operands += [(x, m, s) for x in EDGE_X[::3] for m in EDGE_M[::3] for s in (-31, -7, 0, 5)]
+    got = [function(x, m, s) for x, m, s in operands]
+    assert got == _reference_mbqm(*np.array(operands).T).tolist()
+
+
+def test_right_only_requantization_on_llvm_matches_the_reference():
+    """``right_only`` (a layer whose shifts are all <= 0) on every non-positive shift."""
+    module = tvm.tirx.build(requantize_prim_func("mbqm_right", right_only=True), target="llvm")
+    function = module["mbqm_right"]
+    rng = np.random.default_rng(6)
+    operands = list(zip(rng.integers(-(1 << 31), 1 << 31, 1500).tolist(),
+                        rng.integers(*M_RANGE, 1500).tolist(),
+                        rng.integers(-31, 1, 1500).tolist()))
+    operands += [(x, m, s) for x in EDGE_X[::2] for m in EDGE_M[::2] for s in (-31, -8, -1, 0)]
     got = [function(x, m, s) for x, m, s in operands]
     assert got == _reference_mbqm(*np.array(operands).T).tolist()
 

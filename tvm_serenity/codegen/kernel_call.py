@@ -244,7 +244,8 @@ class _Calls:
             quant = dict(input_zero_point=params.input_zero_point,
                          output_zero_point=rq.output_zero_point, act_min=rq.act_min,
                          act_max=rq.act_max, **workspace,
-                         arithmetic="onnxruntime" if self.ort else "tflite")
+                         arithmetic="onnxruntime" if self.ort else "tflite",
+                         right_shifts=not self.ort and bool(np.all(rq.shift <= 0)))
             w = self.tensor(1).data
             if op.op == "CONV_2D":
                 if a["groups"] != 1:
@@ -379,8 +380,9 @@ class _Calls:
                 Table("multiplier", "int32", multiplier), Table("shift", "int32", shift)]
         if self.in_place:
             args.append(Scratch("int16", depth))
-        return self.prim(args, partial(lo.fully_connected_kernel, *values),
-                         partial(lo.fully_connected_prim_func, *values))
+        right = {"right_shifts": bool(np.all(np.asarray(shift) <= 0))}
+        return self.prim(args, partial(lo.fully_connected_kernel, *values, **right),
+                         partial(lo.fully_connected_prim_func, *values, **right))
 
     def ort_fully_connected(self, units: int, depth: int, zi: int, zo: int) -> KernelCall:
         """FULLY_CONNECTED run as onnxruntime's QGemm / QLinearMatMul (its requantization) or

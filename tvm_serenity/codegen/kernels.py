@@ -103,6 +103,7 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
+from functools import partial
 
 import numpy as np
 import tvm
@@ -283,13 +284,14 @@ def _unrolled(name: str, count: int, copies: int, body):
 
 
 # ------------------------------------------------------------------ requantization
-def requantize(x, multiplier, shift):
+def requantize(x, multiplier, shift, right_only: bool = False):
     """``MultiplyByQuantizedMultiplier(x, multiplier, shift)`` (TFLite, double rounding) in
     32-bit operations that are well defined in C; binds its temporaries as locals in the
     current frame and returns the result.  ``multiplier``/``shift`` are int32 expressions or
     Python ints (folded).  Preconditions: ``-2^31 < multiplier < 2^31`` (``QuantizeMultiplier``
     of a scale of either sign: MCUNet's first convolution has negative ones),
-    ``-31 <= shift <= 30``.
+    ``-31 <= shift <= 30``, and ``shift <= 0`` with ``right_only`` (a caller that knows every
+    shift of a layer when it generates the kernel: no left shift, three instructions fewer).
 
     * ``x << max(shift, 0)`` is done on uint32, so it wraps like TFLite's ``x * (1 << s)``.
     * ``SaturatingRoundingDoublingHighMul(a, m) = floor((a*m + 2^30) / 2^31)`` (gemmlowp's
@@ -322,6 +324,8 @@ def requantize(x, multiplier, shift):
                    _cast("int32", multiplier) >> 16)
     if isinstance(shift, int):
         left, right = max(shift, 0), max(-shift, 0)
+    elif right_only:
+        left, right = 0, _let("right", -shift)
     else:
         left = _let("left", shift & tirx.bitwise_not(shift >> 31))      # max(shift, 0)
         right = _let("right", left - shift)
@@ -354,9 +358,11 @@ def requantize(x, multiplier, shift):
     return (high >> right) + round_up
 
 
-def requantize_prim_func(name: str = REQUANTIZE_SYMBOL) -> tirx.PrimFunc:
-    """``int32 name(int32 x, int32 multiplier, int32 shift)`` returning :func:`requantize`:
-    the expression every kernel inlines, alone (``plain_c.requantize_c_function``)."""
+def requantize_prim_func(name: str = REQUANTIZE_SYMBOL, right_only: bool = False
+                         ) -> tirx.PrimFunc:
+    """``int32 name(int32 x, int32 multiplier, int32 shift)`` returning :func:`requantize`
+    (with ``right_only``): the expression every kernel inlines, alone
+    (``plain_c.requantize_c_function``)."""
     with IRBuilder() as builder:
         with T.prim_func():
             T.func_name(name)
@@ -364,7 +370,7 @@ def requantize_prim_func(name: str = REQUANTIZE_SYMBOL) -> tirx.PrimFunc:
             multiplier = T.arg("multiplier", tirx.Var("multiplier", "int32"))
             shift = T.arg("shift", tirx.Var("shift", "int32"))
             T.func_ret(tvm.ir.PrimType("int32"))
-            T.Return(requantize(x, multiplier, shift))
+            T.Return(requantize(x, multiplier, shift, right_only))
     return builder.get().with_attr("global_symbol", name)
 
 
@@ -664,7 +670,7 @@ def _emit_channelwise_kernel(spec: LayerSpec, x, y, buffers: dict):
                     _store(acc, 0, acc[0] + _cast("int32", weight[base + k])
                            * (_cast("int32", x[src + k]) - e.input_zero_point))
                 _store_clamped(plane, (pad_top + ih) * cols + pad_left + iw,
-                               _requantizer(spec)(acc[0], multiplier, shift)
+                               _requantizer(spec, expand=True)(acc[0], multiplier, shift)
                                + spec.input_zero_point, e.act_min, e.act_max)
 
     def load_plane(c):
@@ -869,9 +875,12 @@ def _ort_window_sum(order: str, rows, acc, count: int, first, step, kh_n: int, k
             _store(acc, 0, acc[0] + at(0, flat // kw_n, flat % kw_n))
 
 
-def _requantizer(spec: LayerSpec):
-    """The requantization of a convolution's accumulators: TFLite's or onnxruntime's."""
-    return ort_requantize if spec.arithmetic == "onnxruntime" else requantize
+def _requantizer(spec: LayerSpec, expand: bool = False):
+    """The requantization of a convolution's accumulators (or of its fused ``expand``'s):
+    TFLite's, right shifts only where ``spec.right_shifts`` says so, or onnxruntime's."""
+    if spec.arithmetic == "onnxruntime":
+        return ort_requantize
+    return partial(requantize, right_only=spec.right_shifts and not expand)
 
 
 # ------------------------------------------------------------------ add

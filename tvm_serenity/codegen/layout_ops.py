@@ -63,6 +63,7 @@ The C has no ``restrict``, so a compiler keeps each read before the writes that 
 from __future__ import annotations
 
 from contextlib import ExitStack, contextmanager
+from functools import partial
 from dataclasses import dataclass
 
 import numpy as np
@@ -235,10 +236,12 @@ class FloatGemm:
 def fully_connected_prim_func(name: str, rows: int, depth: int, units: int,
                               input_zero_point: int, output_zero_point: int, act_min: int,
                               act_max: int, gather: bool, arithmetic: str = "tflite",
-                              float_gemm: FloatGemm | None = None) -> tirx.PrimFunc:
+                              float_gemm: FloatGemm | None = None,
+                              right_shifts: bool = False) -> tirx.PrimFunc:
     """``(input int8[rows*depth], output int8[rows*units], weight int8[units*depth], bias,
     multiplier, shift int32[units][, scratch int16[depth]])``: TFLM's
-    ``FullyConnected[PerChannel]`` (module docstring), or with ``arithmetic="onnxruntime"``
+    ``FullyConnected[PerChannel]`` (module docstring; ``right_shifts``: every shift is <= 0,
+    :func:`.kernels.requantize`'s ``right_only``), or with ``arithmetic="onnxruntime"``
     QGemm (:func:`.kernels.ort_requantize`; the tables hold each unit's ``(M, E)``). With
     ``float_gemm`` the float Gemm instead: ``(input, output, weight, table, wscale, bias
     float32[...][, scratch])`` (:func:`_emit_float_gemm`)."""
@@ -252,7 +255,8 @@ def fully_connected_prim_func(name: str, rows: int, depth: int, units: int,
         return prim_func(name, params + ([("scratch", depth, "int16")] if gather else []),
                          lambda *b: _emit_float_gemm(float_gemm, rows, depth, units, act_min,
                                                      act_max, gather, *b))
-    requantizer = ort_requantize if arithmetic == "onnxruntime" else requantize
+    requantizer = ort_requantize if arithmetic == "onnxruntime" else partial(
+        requantize, right_only=right_shifts)
     params = [("input", rows * depth, "int8"), ("output", rows * units, "int8"),
               ("weight", units * depth, "int8"), ("bias", units, "int32"),
               ("multiplier", units, "int32"), ("shift", units, "int32")]
@@ -318,7 +322,8 @@ def _emit_float_gemm(p: FloatGemm, rows: int, depth: int, units: int, act_min: i
 def fully_connected_kernel(name: str, rows: int, depth: int, units: int, input_zero_point: int,
                            output_zero_point: int, act_min: int, act_max: int,
                            gather: bool, arithmetic: str = "tflite",
-                           float_gemm: FloatGemm | None = None) -> OpKernel:
+                           float_gemm: FloatGemm | None = None,
+                           right_shifts: bool = False) -> OpKernel:
     """``reference_integer_ops::FullyConnected[PerChannel]`` as TFLM runs it (or onnxruntime's
     QGemm / float Gemm, ``arithmetic`` / ``float_gemm``), :func:`fully_connected_prim_func` as
     C; with ``gather`` (the in-place layout, where a row's outputs overwrite it), ``scratch``
@@ -326,7 +331,7 @@ def fully_connected_kernel(name: str, rows: int, depth: int, units: int, input_z
     ``scratch16``)."""
     func = fully_connected_prim_func(name, rows, depth, units, input_zero_point,
                                      output_zero_point, act_min, act_max, gather, arithmetic,
-                                     float_gemm)
+                                     float_gemm, right_shifts)
     note = ("each row is gathered into\n * scratch before its outputs are written" if gather
             else "input and output\n * apart (no gather)")
     what = "float Gemm (onnxruntime)" if float_gemm else (

@@ -40,7 +40,10 @@ depthwise, ``expand`` dual only: ``input`` (the expand conv's, ``H*W*C_e``), ``o
 With ``arithmetic="onnxruntime"`` a conv2d / depthwise_conv2d requantizes as onnxruntime's
 QLinearConv (:func:`.kernels.ort_requantize`; ``multiplier`` and ``shift`` hold each channel's
 float32 scale as ``M`` and ``E``, ``M * 2^-E``), and an avg_pool2d with ``ort_pool`` (an
-:class:`OrtPool`) averages as onnxruntime's pools do, in float32.
+:class:`OrtPool`) averages as onnxruntime's pools do, in float32. With ``right_shifts`` (TFLite's
+arithmetic) every entry of ``shift`` is ``<= 0``, as for any scale below 1, and the kernel
+shifts right only (:func:`.kernels.requantize`'s ``right_only``); the caller knows the table when
+it generates the kernel (:mod:`.kernel_call` sets it from the layer's shifts).
 
 A depthwise_conv2d with ``expand`` set (an :class:`ExpandConv`) is the fused node of the
 expand-depthwise rewrite (:mod:`tvm_serenity.rewrite.patterns`): its geometry is the depthwise
@@ -269,6 +272,8 @@ class LayerSpec:
     arithmetic: str = "tflite"              # conv / depthwise: "onnxruntime" requantizes as
     #                                         onnxruntime (multiplier, shift: its M, E)
     ort_pool: OrtPool | None = None         # avg_pool2d with onnxruntime's arithmetic
+    right_shifts: bool = False              # conv / depthwise, TFLite's arithmetic: every
+    #                                         shift of the layer is <= 0 (a scale below 1)
     rip: RipWorkspace = field(init=False, repr=False, compare=False)
     inplace_kind: str = field(init=False, repr=False, compare=False)   # "rip" or "channel"
 
@@ -322,6 +327,11 @@ class LayerSpec:
                     or any(g.padding)):
                 raise CodegenError("the global pool order sums a window that is the whole "
                                    "input (stride 1, no padding)")
+        if self.right_shifts and (self.op not in ("conv2d", "depthwise_conv2d")
+                                  or self.arithmetic != "tflite" or self.partial is not None):
+            raise CodegenError(f"right_shifts is for the requantization of a conv2d or "
+                               f"depthwise_conv2d in TFLite's arithmetic, got it on {self.op} "
+                               f"({self.arithmetic}{', partial' if self.partial else ''})")
         if self.partial is not None and (self.op != "conv2d"
                                          or self.partial not in PARTIAL_MODES):
             raise CodegenError(f"partial must be one of {PARTIAL_MODES} on a conv2d, got "
