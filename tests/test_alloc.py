@@ -1,7 +1,9 @@
 """Arena planners against the verifier, two independent exact methods (exhaustive search, MILP),
 the real TFLite Micro planner, and peer algorithms traced by hand."""
 
+import dataclasses
 import itertools
+import json
 import random
 from pathlib import Path
 
@@ -293,6 +295,24 @@ def test_optimal_plans_are_reproducible():
     for plan in plans[1:]:
         assert (plan.offsets, plan.inplace, plan.moves) == \
             (plans[0].offsets, plans[0].inplace, plans[0].moves)
+
+
+@pytest.mark.parametrize("planner", sorted(PLANNERS))
+def test_plans_read_back_from_json_are_the_plans(planner):
+    """``ArenaPlan.from_json`` inverts ``to_json`` (the MCU arena pass stores plans in a module
+    attribute), moves and in-place steps included; a wrong field is named."""
+    for seed in range(4):
+        g = random_graph(random.Random(seed), 14, inplace_prob=0.5)
+        plan = plan_arena(g, g.op_names, planner, 4 if planner != "optimal" else 1, True, 5.0)
+        rounded = dataclasses.replace(plan, gap=round(plan.gap, 6),    # as to_json writes
+                                      seconds=round(plan.seconds, 6))
+        assert ArenaPlan.from_json(json.loads(json.dumps(plan.to_json()))) == rounded
+    data = plan.to_json()
+    with pytest.raises(PlanError, match="my plan: field 'offsets' must be dict"):
+        ArenaPlan.from_json({**data, "offsets": [1]}, "my plan")
+    with pytest.raises(PlanError, match=r"field 'moves\[0\]\.dst' must be int"):
+        ArenaPlan.from_json({**data, "moves": [{"step": 1, "tensor": "a", "output": "b",
+                                                "src": 0}]})
 
 
 def test_greedy_and_bestfit_traced_by_hand():

@@ -28,7 +28,13 @@ from tvm_serenity.frontend.reference import Interpreter
 from tvm_serenity.frontend.relax_import import emit_operator, from_tflite, kernel_callee
 from tvm_serenity.frontend.relax_lift import LiftError, operators_of
 from tvm_serenity.frontend.tflite_model import parse_tflite
-from tvm_serenity.passes import MemoryAwareSchedule, RiPLowering
+from tvm_serenity.alloc import PlanError
+from tvm_serenity.codegen.relax_c import emit_main
+from tvm_serenity.codegen.spec import CodegenError
+from tvm_serenity.memory import liveness, simulate
+from tvm_serenity.passes import ArenaPlan, FoldPad, MemoryAwareSchedule, PassError, RiPLowering
+from tvm_serenity.passes.arena import read_main_arena
+from tvm_serenity.rip.choice import with_rip_workspaces
 
 ALL_MODELS = MODEL_FILES + ["mlperf_tiny/ad01_int8.tflite", "mlperf_tiny/kws_ref_model.tflite",
                             "mlperf_tiny/pretrainedResnet_quant.tflite",
@@ -125,11 +131,13 @@ def test_a_blockbuilder_module_deploys_like_a_tflite(tmp_path):
     plan = json.loads((built.out_dir / "plan.json").read_text())
     relax_entry = plan["relax"]
     assert (relax_entry["front_end"], relax_entry["kernels"]) == ("relax", 4)
-    folded, scheduled = relax_entry["passes"]   # the pass that ordered main decided the order
+    folded, scheduled, arena = relax_entry["passes"]   # the passes decided order and arena
     assert folded == {"name": "FoldPad", "folded": 0}
     assert scheduled["name"] == "MemoryAwareSchedule" and scheduled["memory_model"] == "mcu"
     assert scheduled["peak_after"] == plan["schedule"]["peak_bytes"]
     assert scheduled["lower_bound"] == plan["schedule"]["lower_bound_bytes"]
+    assert arena["name"] == "ArenaPlan" and arena["memory_model"] == "mcu"
+    assert arena["arena_bytes"] == plan["arena_bytes"] == built.arena_bytes
     assert [e["name"] for e in plan["inputs"]] == ["image"]
     assert [e["name"] for e in plan["outputs"]] == ["pooled", "sum"]
     result = micro.run_model(built.out_dir)               # checked against the reference
@@ -154,6 +162,87 @@ def test_a_blockbuilder_module_runs_on_the_emulated_pico(tmp_path):
     built = micro.build_model(_block_model(), "pico", tmp_path / "pico")
     result = micro.run_model(built.out_dir)               # raises unless bit-exact
     assert result.backend == "rp2040js" and result.cycles > 0
+
+
+# ------------------------------------------------------------- ArenaPlan and the C emitter
+def _planned(mod, **arena_options):
+    """``mod`` after FoldPad, MemoryAwareSchedule and ArenaPlan on the MCU memory model, run as
+    a TVM user runs passes, and the arena pass (its report)."""
+    arena = ArenaPlan(memory_model="mcu", **arena_options)
+    seq = tvm.transform.Sequential([FoldPad(), MemoryAwareSchedule(memory_model="mcu"), arena])
+    return seq(mod), arena
+
+
+def _overlaps(graph, plan, inplace):
+    """Pairs of tensors live at one step whose bytes overlap, besides a claimed in-place pair
+    at its step: by brute force over every step and pair (independent of verify_plan)."""
+    lifetimes = liveness(graph, list(plan.order), inplace).lifetimes
+    claimed = {(p.step, p.input, p.output) for p in plan.inplace}
+    bad = []
+    for k in range(len(plan.order)):
+        live = [n for n, lt in lifetimes.items() if lt.start <= k <= lt.end and lt.bytes]
+        for i, a in enumerate(live):
+            for b in live[i + 1:]:
+                ea, eb = (plan.offsets[n] + lifetimes[n].bytes for n in (a, b))
+                if plan.offsets[a] < eb and plan.offsets[b] < ea and not (
+                        (k, a, b) in claimed or (k, b, a) in claimed):
+                    bad.append((k, a, b))
+    return bad
+
+
+@pytest.mark.parametrize("inplace", [True, False], ids=["rip", "dual"])
+def test_arena_plan_pass_plans_main_for_the_mcu_and_changes_nothing_else(inplace):
+    model = integer_core(load_tflite(model_path("tinyengine/vww.tflite")), True).model
+    scheduled = MemoryAwareSchedule(memory_model="mcu")(FoldPad()(from_tflite(model)))
+    arena = ArenaPlan(memory_model="mcu", inplace=inplace)
+    planned = arena(scheduled)
+    assert all(planned[g].same_as(f) for g, f in scheduled.functions.items())
+    decided = read_main_arena(planned)
+    assert decided.to_json() == arena.report.to_json()
+    plan = decided.plan
+    graph = with_rip_workspaces(tflite_to_graph(operators_of(planned), fold_pad=True),
+                                decided.relaxed_channel_layers)
+    assert list(plan.order) == graph.op_names               # main's binding order
+    assert _overlaps(graph, plan, inplace) == []
+    peak = simulate(graph, plan.order, inplace).peak_bytes
+    assert peak <= plan.arena_bytes == max(plan.offsets[n] + graph[n].bytes
+                                           for n in plan.offsets)
+    assert (len(plan.inplace) > 0) == inplace
+    assert bool(decided.relaxed_channel_layers) == inplace   # vww has channel-wise layers
+
+
+def test_the_c_emitter_checks_the_plan_it_is_given():
+    core = integer_core(_block_model_tflite(), True)
+    planned, arena = _planned(from_tflite(core.model))
+    emitted, graph, plan = emit_main(planned, core)
+    assert emitted.arena_bytes == plan.arena_bytes == arena.report.plan.arena_bytes
+    with pytest.raises(CodegenError, match=r"run ArenaPlan\(memory_model='mcu'\)"):
+        emit_main(FoldPad()(from_tflite(core.model)), core)
+    data = json.loads(str(planned.attrs["serenity.arena"]))
+
+    def edited(change):
+        copy = json.loads(json.dumps(data))
+        change(copy["plan"])
+        return planned.with_attr("serenity.arena", json.dumps(copy))
+
+    def overlap(p):         # dw written over conv, which the residual ADD reads later
+        p["offsets"]["depthwise_conv2d_1"] = p["offsets"]["conv2d_0"]
+    with pytest.raises(CodegenError,
+                       match="does not fit main: .*'(depthwise_conv2d_1|conv2d_0)'"):
+        emit_main(edited(overlap), core)
+    with pytest.raises(CodegenError, match="another order than main's bindings .*step 0"):
+        emit_main(edited(lambda p: p["order"].reverse()), core)
+    with pytest.raises(PlanError, match=r"field 'inplace\[0\]\.step' must be int"):
+        emit_main(edited(lambda p: p["inplace"][0].update(step="3")), core)
+    with pytest.raises(PassError, match="alignment 1"):
+        ArenaPlan(memory_model="mcu", alignment=64)
+    with pytest.raises(PassError, match="memory_model"):
+        ArenaPlan(memory_model="aot")
+
+
+def _block_model_tflite():
+    """The BlockBuilder model of :func:`_block_model` as operators (main read back)."""
+    return operators_of(_block_model(), "block")
 
 
 def _float_module():
@@ -229,7 +318,9 @@ def test_tflite_builds_say_they_went_through_relax(tmp_path):
     plan = json.loads((built.out_dir / "plan.json").read_text())
     assert plan["relax"]["front_end"] == "tflite"
     assert plan["relax"]["kernels"] == len(load_tflite(path).operators)
-    assert [p["name"] for p in plan["relax"]["passes"]] == ["FoldPad", "MemoryAwareSchedule"]
+    assert [p["name"] for p in plan["relax"]["passes"]] == ["FoldPad", "MemoryAwareSchedule",
+                                                            "ArenaPlan"]
+    assert plan["relax"]["passes"][2]["arena_bytes"] == plan["arena_bytes"]
     # the order compiled is the one the pass left in main, and it is the scheduler's
     from tvm_serenity.schedule import schedule
     core = integer_core(load_tflite(path), float_edges=True).model
@@ -267,7 +358,9 @@ def test_an_onnx_qdq_model_deploys_through_the_same_call(onnx_models, name, symm
     built = micro.build_model(path, "host", tmp_path / "out", input=inputs)
     plan = json.loads((built.out_dir / "plan.json").read_text())
     assert plan["relax"]["front_end"] == "onnx"          # from_onnx ran LowerFakeQuant
-    assert [p["name"] for p in plan["relax"]["passes"]] == ["FoldPad", "MemoryAwareSchedule"]
+    assert [p["name"] for p in plan["relax"]["passes"]] == ["FoldPad", "MemoryAwareSchedule",
+                                                            "ArenaPlan"]
+    assert plan["relax"]["passes"][2]["arena_bytes"] == plan["arena_bytes"]
     result = micro.run_model(built.out_dir)          # == the reference on model.tflite
     ours = [np.frombuffer(raw, np.float32).reshape(t.shape)
             for raw, t in zip(result.outputs, built.emitted.outputs)]

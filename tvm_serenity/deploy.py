@@ -9,16 +9,22 @@ into ``out_dir``::
         ─ from_tflite                          Relax, one integer kernel call per operator
         ─ FoldPad                              PADs into the convolutions' kernels (a pass)
         ─ MemoryAwareSchedule(memory_model="mcu")   the pass orders main (tvm_serenity.passes)
-        ─ operators_of                         main read back in the order the pass left
-        ─ tflite_to_graph (graph IR, PAD folded into convolutions, in-place flags)
-        ─ plan_arena(graph, order, planner)    offsets in one arena, verified (tvm_serenity.alloc)
-        ─ emit_model                           model.c / model.h (tvm_serenity.codegen.graph_c)
+        ─ ArenaPlan(memory_model="mcu")        the pass plans main's arena (offsets, in-place
+                                               pairs, right shifts; tvm_serenity.alloc)
+        ─ emit_main                            the Relax-to-C emitter: main's calls at the
+                                               planned offsets, the plan verified against main
+                                               (tvm_serenity.codegen.relax_c): model.c / model.h
         ─ micro.generate_project + build       firmware, SRAM fit check (tvm_serenity.micro)
+
+With ``rewrite`` or a patch plan the graph IR is transformed beyond what ``main`` expresses
+(rewritten kernels, patches), so that graph is planned (``mcu_arena``, the same planning as the
+pass) and emitted (``emit_model``) directly.
 
 ``plan.json``'s ``relax`` entry says where the module came from (``front_end``), how many
 described kernels it had and what each pass decided (``passes``: ``LowerFakeQuant``'s lowered
 patterns for a module with float quantize/dequantize, how many PADs ``FoldPad`` folded,
-``MemoryAwareSchedule``'s peaks before and after, lower bound, optimality).
+``MemoryAwareSchedule``'s peaks before and after, lower bound, optimality, ``ArenaPlan``'s
+arena, status, in-place steps, right shifts and relaxed depthwise layers).
 
 ``rewrite=True`` replaces the schedule pass with identity graph rewriting on the graph IR
 (the rewritten nodes are kernels of the MCU emitter, not TFLite operators):
@@ -91,9 +97,10 @@ import numpy as np
 import tvm
 
 from . import micro
-from .alloc import ArenaPlan, plan_arena
+from .alloc import ArenaPlan as Plan
 from .codegen.graph_c import (PATCH_OPS, EmittedModel, IntegerCore, IOTensor, concat_is_copy,
                               emit_model, integer_core)
+from .codegen.relax_c import emit_main
 from .errors import SerenityError
 from .builddir import (absolute, checked_model, new_build, refresh_marker, sha256_of,
                        verify_build, write_bytes)
@@ -105,11 +112,11 @@ from .frontend.relax_import import OperatorDescription, from_tflite
 from .frontend.relax_lift import operators_of
 from .frontend.tflite_model import Tensor, TFLiteModel
 from .graph import Graph
-from .passes import FoldPad, LowerFakeQuant, MemoryAwareSchedule
+from .passes import ArenaPlan, FoldPad, LowerFakeQuant, MemoryAwareSchedule
+from .passes.arena import mcu_arena
 from .rewrite import PATTERN_NAMES, RewriteResult, rewrite_graph
 from .rewrite.patch import (PatchError, PatchPlan, Segment, parse_grid, plan_for,
                             plan_patches, source_region, why_no_plan, without_inplace)
-from .rip.choice import relax_channel_kinds
 from .schedule import Deadline, ScheduleResult
 from .text import counted
 
@@ -144,7 +151,7 @@ class CompiledModel:
     core: IntegerCore
     graph: Graph
     schedule: ScheduleResult
-    plan: ArenaPlan
+    plan: Plan
     emitted: EmittedModel
     firmware: micro.Firmware | None       # None when built with build=False
     rewrite: RewriteResult | None = None  # identity graph rewriting (rewrite=True)
@@ -601,23 +608,30 @@ def _compile(front_end, source: Path, target: str, out_dir, marker: dict, *, for
                                       inplace=rip, stream_input=stream_input,
                                       time_limit=search.share(0.5), ops=PATCH_OPS)
         unpatched_order = ()
-        if patch_plan is not None:
-            source_graph, unpatched_order = graph, tuple(order.order)
-            graph = patch_plan.graph(graph if rip else without_inplace(graph))
-            order = patch_plan.schedule
-        # the channel-wise depthwise kind only where the order's peak needs it (its channel
-        # buffer is scratch); the graph as chosen where the planner fragments the relaxed one
-        relaxed_graph, relaxed = relax_channel_kinds(graph, order.order) if rip else (graph, ())
-        # a patch plan's output chain is in place (aliases) with or without RiP
-        inplace = rip or patch_plan is not None
-        plan = plan_arena(relaxed_graph, order.order, planner, 1, inplace, search.share(0.9))
-        if relaxed and plan.arena_bytes > plan.liveness_peak_bytes:
-            chosen = plan_arena(graph, order.order, planner, 1, inplace, search.share(0.9))
-            if chosen.arena_bytes < plan.arena_bytes:
-                relaxed_graph, relaxed, plan = graph, (), chosen
-        graph = relaxed_graph
-        emitted = emit_model(core, graph, plan, opt_level=opt_level, name=core.source.name,
-                             source_graph=source_graph if rewrite else None)
+        if patch_plan is None and not rewrite:
+            # main as the passes left it is what runs: ArenaPlan plans it, the Relax-to-C
+            # emitter checks the plan against main and writes the calls at its offsets
+            arena = ArenaPlan(planner, memory_model="mcu", inplace=rip, time_limit=search)
+            mod = arena(mod)
+            emitted, graph, plan = emit_main(mod, core, opt_level=opt_level,
+                                             name=core.source.name)
+            relaxed = arena.report.relaxed_channel_layers
+            relax_entry["passes"].append(
+                {"name": "ArenaPlan", "memory_model": "mcu", "planner": plan.planner,
+                 "arena_bytes": plan.arena_bytes, "status": plan.status,
+                 "in_place_steps": len(plan.inplace), "right_shifts": len(plan.moves),
+                 "relaxed_channel_layers": len(relaxed)})
+        else:       # the patched or rewritten graph IR: its kernels are the emitter's own
+            if patch_plan is not None:
+                source_graph, unpatched_order = graph, tuple(order.order)
+                graph = patch_plan.graph(graph if rip else without_inplace(graph))
+                order = patch_plan.schedule
+            # a patch plan's output chain is in place (aliases) with or without RiP
+            graph, relaxed, plan = mcu_arena(graph, order.order, planner, rip=rip,
+                                             inplace=rip or patch_plan is not None,
+                                             time_limit=search)
+            emitted = emit_model(core, graph, plan, opt_level=opt_level, name=core.source.name,
+                                 source_graph=source_graph if rewrite else None)
         emitted.write(tmp / MODEL_DIR)
         data = _random_inputs(core, seed) if input is None else \
             _input_arrays(input, emitted.inputs)

@@ -159,6 +159,32 @@ class ArenaPlan:
                              "workspace_bytes": p.workspace_bytes} for p in self.inplace],
                 "moves": [m.to_json() for m in self.moves], **self.details}
 
+    @classmethod
+    def from_json(cls, data: dict, where: str = "arena plan") -> "ArenaPlan":
+        """The plan :meth:`to_json` wrote (``where`` names it in errors). Only the types are
+        checked here: :func:`~.verify.verify_plan` says whether it is valid for a graph."""
+        def field_of(entry: dict, key: str, kind, what: str):
+            value = entry.get(key) if isinstance(entry, dict) else None
+            if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+                raise PlanError(f"{where}: field '{what}{key}' must be "
+                                f"{getattr(kind, '__name__', kind)}, got {value!r:.40}")
+            return value
+
+        fields = {"planner": str, "arena_bytes": int, "liveness_peak_bytes": int,
+                  "lower_bound_bytes": int, "alignment": int, "status": str, "optimal": bool,
+                  "gap": (int, float), "seconds": (int, float), "order": list,
+                  "offsets": dict, "inplace": list, "moves": list}
+        values = {k: field_of(data, k, kind, "") for k, kind in fields.items()}
+        inplace = tuple(InPlaceStep(*(field_of(p, k, kind, f"inplace[{i}].") for k, kind in (
+            ("step", int), ("input", str), ("output", str), ("workspace_bytes", int))))
+            for i, p in enumerate(values.pop("inplace")))
+        moves = tuple(Move(*(field_of(m, k, kind, f"moves[{i}].") for k, kind in (
+            ("step", int), ("tensor", str), ("output", str), ("src", int), ("dst", int))))
+            for i, m in enumerate(values.pop("moves")))
+        details = {k: v for k, v in data.items() if k not in fields}
+        return cls(order=tuple(values.pop("order")), inplace=inplace, moves=moves,
+                   offsets=dict(values.pop("offsets")), details=details, **values)
+
 
 def make_plan(planner: str, liveness: Liveness, alignment: int, offsets: dict[str, int],
               inplace, moves, seconds: float, status: str = "heuristic",

@@ -15,6 +15,8 @@
 * ``layout_ops``, ``elementwise_ops``: the other int8 operators' kernels as TIR (MEAN,
   FULLY_CONNECTED, data movement; requantization, activations, tables, broadcasting MUL/ADD,
   SOFTMAX, the float32 QUANTIZE/DEQUANTIZE edges).
+* ``relax_c``: the Relax-to-C emitter: a planned Relax ``main`` (``ArenaPlan(memory_model=
+  "mcu")``) as C, through ``graph_c``.
 * ``graph_c``: a whole model as C (one static arena at planned offsets), ``ops``: the shared
   helpers and the float32 SOFTMAX / LOG_SOFTMAX / ARG_MAX kernels, still written as C text.
 

@@ -10,6 +10,8 @@
 * :class:`ShareKernels`: drops the kernels' operator descriptions (the MCU route's) and merges
   the kernels that are then identical, so TVM builds each once;
 * :class:`ArenaPlan`: replaces ``StaticPlanBlockMemory`` with one arena at planned offsets;
+  with ``memory_model="mcu"`` it plans ``main``'s microcontroller arena instead (a module
+  attribute the Relax-to-C emitter, :mod:`tvm_serenity.codegen.relax_c`, writes C from);
 * :func:`serenity_pipeline`: TVM's CPU pipeline with these inserted (and the extension points
   :data:`BEFORE_LEGALIZE` / :data:`AFTER_SCHEDULE`); importing this package registers it, so
   ``tvm.compile(mod, target="llvm", relax_pipeline="serenity")`` works;

@@ -44,6 +44,19 @@ loops on x and a new y buffer: no workspace, no copy) or **with its copies**, as
 tensors. The kernel is an in-place node only where it is x's last reader, so x is never
 overwritten early. RiPLowering's PrimFuncs no call uses any more are removed.
 
+With ``memory_model="mcu"`` the pass plans the arena of a microcontroller build instead and
+changes no function: ``main`` (one dataflow block of integer kernels, as
+:func:`~tvm_serenity.frontend.from_tflite` writes it and ``MemoryAwareSchedule(memory_model=
+"mcu")`` orders it) is read back as operators and planned on the graph the MCU back end compiles
+(:func:`~tvm_serenity.frontend.tflite_to_graph`: PADs folded, Right-in-Place workspaces and exact
+aliases; ``inplace=False`` for the dual-buffer build) for its binding order, with alignment 1,
+by :func:`mcu_arena` (which also gives a channel-wise depthwise layer RiP's workspace back where
+the order's peak allows). The decision, a :class:`MainArena` (the plan's offsets, in-place pairs
+and right shifts, and the relaxed layers), is ``.report`` and the module attribute
+``"serenity.arena"`` (:func:`read_main_arena`); the Relax-to-C emitter
+(:func:`tvm_serenity.codegen.relax_c.emit_main`) verifies it against ``main`` and writes the
+calls at its offsets.
+
 The pass records, per function, its arena next to TVM's ``StaticPlanBlockMemory`` total for the
 same module (:func:`static_plan_bytes`), the liveness peak and lower bound of the same order and
 the RiP kernels run in the arena (``in_place``; ``moved``: those after a right shift;
@@ -54,17 +67,27 @@ the RiP kernels run in the arena (``in_place``; ``moved``: those after a right s
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import tvm
 from tvm import relax
 
+from ..frontend.relax_lift import LiftError, operators_of
+from ..frontend.to_graph import tflite_to_graph
 from ..graph import Graph
+from ..rip.choice import relax_channel_kinds
+from ..schedule import Deadline
 from .convert import (BlockGraph, ConversionError, PassError, graph_of_bindings, is_op,
                       is_view, relax_functions, type_bytes, with_blocks, with_report)
 
-__all__ = ["ArenaPlan", "ArenaReport", "FunctionArena", "REPORT_ATTR", "HOST_ALIGNMENT",
-           "RIP_ROLE_ATTR", "static_plan_bytes"]
+if TYPE_CHECKING:
+    from .. import alloc
+
+__all__ = ["ArenaPlan", "ArenaReport", "FunctionArena", "MainArena", "REPORT_ATTR",
+           "HOST_ALIGNMENT", "RIP_ROLE_ATTR", "static_plan_bytes", "mcu_arena",
+           "read_main_arena"]
 
 REPORT_ATTR = "serenity.arena"
 RIP_ROLE_ATTR = "serenity.rip_role"     # on RiPLowering's PrimFuncs: place, kernel or take
@@ -107,6 +130,66 @@ class ArenaReport:
     def to_json(self) -> dict:
         return {"planner": self.planner, "alignment": self.alignment,
                 "functions": [asdict(f) for f in self.functions]}
+
+
+@dataclass(frozen=True)
+class MainArena:
+    """What ``ArenaPlan(memory_model="mcu")`` decided for ``main``: the plan (an
+    :class:`tvm_serenity.alloc.ArenaPlan`, alignment 1, the order main's bindings') of the
+    graph the MCU back end compiles, with in-place pairs (``inplace``) or without, and the
+    channel-wise depthwise layers given RiP's workspace back (their graph nodes' ``inplace``)."""
+
+    plan: alloc.ArenaPlan
+    inplace: bool
+    relaxed_channel_layers: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        return {"memory_model": "mcu", "inplace": self.inplace,
+                "relaxed_channel_layers": list(self.relaxed_channel_layers),
+                "plan": self.plan.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict, where: str) -> "MainArena":
+        from .. import alloc
+        if not isinstance(data, dict) or data.get("memory_model") != "mcu" \
+                or not isinstance(data.get("inplace"), bool) \
+                or not isinstance(data.get("relaxed_channel_layers"), list) \
+                or not all(isinstance(n, str) for n in data["relaxed_channel_layers"]):
+            raise PassError(f"{where}: not an arena plan of ArenaPlan(memory_model='mcu') "
+                            f"(memory_model, inplace, relaxed_channel_layers)")
+        return cls(alloc.ArenaPlan.from_json(data.get("plan"), f"{where}: plan"),
+                   data["inplace"], tuple(data["relaxed_channel_layers"]))
+
+
+def read_main_arena(mod: tvm.IRModule) -> MainArena | None:
+    """The :class:`MainArena` ``ArenaPlan(memory_model="mcu")`` left in ``mod``, or None when
+    it did not run (the attribute is absent or holds a host plan)."""
+    if mod.attrs is None or REPORT_ATTR not in mod.attrs:
+        return None
+    data = json.loads(str(mod.attrs[REPORT_ATTR]))
+    if data.get("memory_model") != "mcu":
+        return None
+    return MainArena.from_json(data, f"module attribute '{REPORT_ATTR}'")
+
+
+def mcu_arena(graph: Graph, order, planner: str, *, rip: bool, inplace: bool,
+              time_limit: Deadline | float | None):
+    """``(graph planned, relaxed layers, plan)``: the microcontroller arena of ``order`` on
+    ``graph`` (:func:`tvm_serenity.alloc.plan_arena`, alignment 1, in-place pairs with
+    ``inplace``). With ``rip``, a channel-wise depthwise layer keeps its zero-gap kind (its
+    channel buffer is kernel scratch) only where the order's peak needs it
+    (:func:`~tvm_serenity.rip.relax_channel_kinds`), unless the planner fragments the relaxed
+    graph more than ``graph`` as it is. Each planning gets 90% of the time ``time_limit``
+    has left."""
+    from ..alloc import DEFAULT_TIME_LIMIT, plan_arena
+    deadline = Deadline.of(time_limit, DEFAULT_TIME_LIMIT)
+    relaxed_graph, relaxed = relax_channel_kinds(graph, order) if rip else (graph, ())
+    plan = plan_arena(relaxed_graph, order, planner, 1, inplace, deadline.share(0.9))
+    if relaxed and plan.arena_bytes > plan.liveness_peak_bytes:
+        chosen = plan_arena(graph, order, planner, 1, inplace, deadline.share(0.9))
+        if chosen.arena_bytes < plan.arena_bytes:
+            return graph, (), chosen
+    return relaxed_graph, relaxed, plan
 
 
 def _static_plan_by_function(mod: tvm.IRModule) -> dict[str, int]:
@@ -163,32 +246,56 @@ class ArenaPlan:
     ----------
     planner : a key of :data:`tvm_serenity.alloc.PLANNERS` (``"optimal"``: CP-SAT).
     alignment : offset alignment in bytes, a multiple of 64 (see the module docstring).
-    time_limit : seconds for the optimal planner per function (None: its default).
+    time_limit : seconds for the optimal planner per function (None: its default), or a
+        :class:`~tvm_serenity.schedule.Deadline` shared with other phases.
     apart : how RiP groups the plan lays out apart run: ``"dual"`` (their dual-layout kernel),
         ``"copies"`` (their copies and workspace) or ``"best"`` (both planned, the smaller
         arena kept; the module docstring).
+    memory_model : ``"relax"`` (the host path above) or ``"mcu"`` (``main`` planned for the
+        microcontroller back end: module docstring; the alignment is then 1).
+    inplace : ``"mcu"`` only: in-place pairs (Right-in-Place, exact aliases) or none (the
+        dual-buffer build).
     """
 
-    def __init__(self, planner: str = "optimal", alignment: int = HOST_ALIGNMENT,
-                 time_limit: float | None = None, apart: str = "best"):
+    def __init__(self, planner: str = "optimal", alignment: int | None = None,
+                 time_limit: Deadline | float | None = None, apart: str = "best",
+                 memory_model: str = "relax", inplace: bool = True):
         from ..alloc import PLANNERS   # imports the solver: only once a pass is made
         if planner not in PLANNERS:
             raise PassError(f"ArenaPlan: unknown planner '{planner}' "
                             f"(choose from {', '.join(PLANNERS)})")
-        if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0 \
+        if memory_model not in ("relax", "mcu"):
+            raise PassError(f"ArenaPlan: memory_model must be 'relax' or 'mcu', got "
+                            f"{memory_model!r}")
+        if memory_model == "mcu":
+            if alignment not in (None, 1):
+                raise PassError(f"ArenaPlan: the MCU arena has alignment 1 (the C emitter's), "
+                                f"got {alignment!r}")
+            alignment = 1
+        elif alignment is None:
+            alignment = HOST_ALIGNMENT
+        elif isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0 \
                 or alignment % HOST_ALIGNMENT:
             raise PassError(f"ArenaPlan: alignment must be a positive multiple of "
                             f"{HOST_ALIGNMENT} on the TVM host path, got {alignment!r}")
         if apart not in APART:
             raise PassError(f"ArenaPlan: apart must be one of {', '.join(APART)}, got "
                             f"{apart!r}")
+        if not isinstance(inplace, bool):
+            raise PassError(f"ArenaPlan: inplace must be True or False, got {inplace!r}")
         self.planner = planner
         self.apart = apart
         self.alignment = alignment
         self.time_limit = time_limit
-        self.report = ArenaReport(planner, alignment)
+        self.memory_model = memory_model
+        self.inplace = inplace
+        self.report: ArenaReport | MainArena | None = \
+            ArenaReport(planner, alignment) if memory_model == "relax" else None
+        self.graph: Graph | None = None     # memory_model="mcu": the graph planned
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        if self.memory_model == "mcu":
+            return self._plan_main(mod)
         report = ArenaReport(self.planner, self.alignment)
         updates = {}
         static = _static_plan_by_function(mod)
@@ -202,6 +309,19 @@ class ArenaPlan:
         if any(f.moved or f.dual for f in report.functions):
             mod = bb.get()
         return _without_idle_rip_funcs(with_report(mod, updates, REPORT_ATTR, report.to_json()))
+
+    def _plan_main(self, mod: tvm.IRModule) -> tvm.IRModule:
+        """``memory_model="mcu"`` (module docstring)."""
+        try:
+            model = operators_of(mod, "main", "ArenaPlan(memory_model='mcu'): main")
+        except LiftError as e:
+            raise PassError(str(e)) from None
+        graph = tflite_to_graph(model, fold_pad=True, name="main")
+        self.graph, relaxed, plan = mcu_arena(graph, graph.op_names, self.planner,
+                                              rip=self.inplace, inplace=self.inplace,
+                                              time_limit=self.time_limit)
+        self.report = MainArena(plan, self.inplace, relaxed)
+        return mod.with_attr(REPORT_ATTR, json.dumps(self.report.to_json()))
 
     def _plan_function(self, bb: relax.BlockBuilder, mod: tvm.IRModule, fname: str,
                        func: relax.Function, static: dict[str, int]):

@@ -19,7 +19,7 @@ from ..graph import Graph, Node
 from ..memory import simulate
 from .workspace import ConvGeometry, choose_inplace
 
-__all__ = ["relax_channel_kinds", "window_geometry"]
+__all__ = ["relax_channel_kinds", "with_rip_workspaces", "window_geometry"]
 
 
 def window_geometry(graph: Graph, node: Node) -> ConvGeometry:
@@ -53,10 +53,24 @@ def relax_channel_kinds(graph: Graph, order: Sequence[str]) -> tuple[Graph, tupl
     peak = simulate(graph, order).peak_bytes
     layers = [(name, found) for name in order if (found := _channel_layer(graph, name))]
     relaxed: list[str] = []
-    for name, (rip_bytes, _) in sorted(layers, key=lambda item: -item[1][1]):
-        trial = Graph([dataclasses.replace(n, inplace=rip_bytes) if n.name == name else n
-                       for n in graph.nodes.values()], graph.outputs, graph.name)
+    for name, _ in sorted(layers, key=lambda item: -item[1][1]):
+        trial = with_rip_workspaces(graph, [name])
         if simulate(trial, order).peak_bytes <= peak:
             graph = trial
             relaxed.append(name)
     return graph, tuple(relaxed)
+
+
+def with_rip_workspaces(graph: Graph, layers: Sequence[str]) -> Graph:
+    """``graph`` with RiP's workspace ``S*`` for each channel-wise depthwise layer named in
+    ``layers`` (what :func:`relax_channel_kinds` decided); a name that is no such layer raises
+    ``ValueError``."""
+    workspace = {}
+    for name in layers:
+        found = _channel_layer(graph, name) if name in graph.nodes else None
+        if found is None:
+            raise ValueError(f"'{name}' is no channel-wise depthwise layer of "
+                             f"'{graph.name}'")
+        workspace[name] = found[0]
+    return Graph([dataclasses.replace(n, inplace=workspace[n.name]) if n.name in workspace
+                  else n for n in graph.nodes.values()], graph.outputs, graph.name)

@@ -1,0 +1,70 @@
+"""The Relax-to-C emitter of the microcontroller build: a planned ``main`` as ``model.c``.
+
+What TVM's removed AOT executor did for a planned module, for the modules the MCU route builds
+(:func:`~tvm_serenity.frontend.relax_import.from_tflite`, then the passes ``FoldPad``,
+``MemoryAwareSchedule(memory_model="mcu")`` and ``ArenaPlan(memory_model="mcu")``):
+
+* ``main``'s bindings are walked in their order; each is the call of one kernel of the family
+  and is read back as the operator its PrimFunc describes
+  (:func:`~tvm_serenity.frontend.relax_lift.operators_of`). The C function it calls is that
+  kernel generated from the same description (:mod:`.kernel_call`: the PrimFunc's body in the
+  flat C ABI, printed by :mod:`.plain_c`), with the RiP layout where the plan overlaps the
+  call's input and output;
+* the arena plan is the module attribute ``"serenity.arena"`` that ``ArenaPlan`` left
+  (:func:`~tvm_serenity.passes.arena.read_main_arena`). It is checked against the graph of
+  ``main`` before anything is emitted: the order must be main's bindings, and
+  :func:`~tvm_serenity.alloc.verify_plan` must accept it (every tensor placed inside the arena,
+  no two live tensors overlapping except in-place pairs laid out by the rule). A plan made for
+  another module, or edited, is refused naming what is wrong;
+* the calls, the arena, the constants and the I/O functions are written by
+  :func:`.graph_c.emit_model` at the plan's offsets.
+"""
+
+from __future__ import annotations
+
+import tvm
+
+from ..alloc import ArenaPlan, PlanError, verify_plan
+from ..frontend.relax_lift import operators_of
+from ..frontend.to_graph import tflite_to_graph
+from ..graph import Graph
+from ..memory import liveness
+from ..passes.arena import read_main_arena
+from ..rip.choice import with_rip_workspaces
+from .graph_c import EmittedModel, IntegerCore, emit_model
+from .spec import CodegenError
+
+__all__ = ["emit_main"]
+
+
+def emit_main(mod: tvm.IRModule, core: IntegerCore, *, opt_level: str | None = "O2",
+              name: str | None = None) -> tuple[EmittedModel, Graph, ArenaPlan]:
+    """``model.c`` / ``model.h`` of ``mod``'s planned ``main`` (module docstring), with the
+    graph it was planned on and the plan. ``core`` is the :class:`~.graph_c.IntegerCore` the
+    module was imported from (its inputs, outputs and stripped edges; its operators are
+    replaced by main's); ``name`` names the model (default: the source model's name)."""
+    name = name or core.source.name
+    arena = read_main_arena(mod)
+    if arena is None:
+        raise CodegenError("the module has no microcontroller arena plan: run "
+                           "ArenaPlan(memory_model='mcu') on it first")
+    model = operators_of(mod, core.model.name, core.model.source)
+    graph = tflite_to_graph(model, fold_pad=True, name=name)
+    plan = arena.plan
+    if list(plan.order) != graph.op_names:
+        raise CodegenError(f"the arena plan is for another order than main's bindings (step "
+                           f"{_first_difference(plan.order, graph.op_names)}): run "
+                           f"ArenaPlan(memory_model='mcu') after the last pass that reorders")
+    try:
+        graph = with_rip_workspaces(graph, arena.relaxed_channel_layers)
+        verify_plan(graph, liveness(graph, list(plan.order), arena.inplace), plan)
+    except (ValueError, PlanError) as e:
+        raise CodegenError(f"the arena plan does not fit main: {e}") from None
+    core = IntegerCore(model, core.source, core.stripped)
+    return emit_model(core, graph, plan, opt_level=opt_level, name=name), graph, plan
+
+
+def _first_difference(a, b) -> str:
+    k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return f"{k}: '{a[k] if k < len(a) else '(end)'}' planned, main has " \
+           f"'{b[k] if k < len(b) else '(end)'}'"
