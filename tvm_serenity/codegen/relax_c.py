@@ -37,18 +37,21 @@ from .spec import CodegenError
 __all__ = ["emit_main"]
 
 
-def emit_main(mod: tvm.IRModule, core: IntegerCore, *, opt_level: str | None = "O2",
-              name: str | None = None) -> tuple[EmittedModel, Graph, ArenaPlan]:
+def emit_main(mod: tvm.IRModule, core: IntegerCore | None = None, *,
+              opt_level: str | None = "O2", name: str | None = None
+              ) -> tuple[EmittedModel, Graph, ArenaPlan]:
     """``model.c`` / ``model.h`` of ``mod``'s planned ``main`` (module docstring), with the
     graph it was planned on and the plan. ``core`` is the :class:`~.graph_c.IntegerCore` the
-    module was imported from (its inputs, outputs and stripped edges; its operators are
-    replaced by main's); ``name`` names the model (default: the source model's name)."""
-    name = name or core.source.name
+    module was imported from, if any (its source model, stripped edges and name; its operators
+    are replaced by main's); ``name`` names the model (default: the source model's, or
+    ``"model"``)."""
     arena = read_main_arena(mod)
     if arena is None:
         raise CodegenError("the module has no microcontroller arena plan: run "
                            "ArenaPlan(memory_model='mcu') on it first")
-    model = operators_of(mod, core.model.name, core.model.source)
+    model = operators_of(mod, *((core.model.name, core.model.source) if core else ("model",)))
+    core = core or IntegerCore(model, model, ())
+    name = name or core.source.name
     graph = tflite_to_graph(model, fold_pad=True, name=name)
     plan = arena.plan
     if list(plan.order) != graph.op_names:
