@@ -16,6 +16,7 @@ import tvm
 from tvm import relax
 from tvm.script import relax as R
 
+from test_rewrite_pass import concat_cell
 from tflite_cases import MODEL_FILES, model_path
 from toolchain import needs_cc, needs_rp2040js
 from tvm_serenity import micro
@@ -32,8 +33,10 @@ from tvm_serenity.alloc import PlanError
 from tvm_serenity.codegen.relax_c import emit_main
 from tvm_serenity.codegen.spec import CodegenError
 from tvm_serenity.memory import liveness, simulate
-from tvm_serenity.passes import ArenaPlan, FoldPad, MemoryAwareSchedule, PassError, RiPLowering
+from tvm_serenity.passes import (ArenaPlan, FoldPad, IdentityGraphRewrite, MemoryAwareSchedule,
+                                  PassError, PatchExecution, RiPLowering)
 from tvm_serenity.passes.arena import read_main_arena
+from tvm_serenity.passes.mcu_graph import mcu_graph
 from tvm_serenity.rip.choice import with_rip_workspaces
 
 ALL_MODELS = MODEL_FILES + ["mlperf_tiny/ad01_int8.tflite", "mlperf_tiny/kws_ref_model.tflite",
@@ -214,7 +217,8 @@ def test_arena_plan_pass_plans_main_for_the_mcu_and_changes_nothing_else(inplace
 def test_the_c_emitter_checks_the_plan_it_is_given():
     core = integer_core(_block_model_tflite(), True)
     planned, arena = _planned(from_tflite(core.model))
-    emitted, graph, plan = emit_main(planned, core)
+    emitted, graph, plan, source_graph = emit_main(planned, core)
+    assert source_graph is None                     # main's own graph
     assert emitted.arena_bytes == plan.arena_bytes == arena.report.plan.arena_bytes
     with pytest.raises(CodegenError, match=r"run ArenaPlan\(memory_model='mcu'\)"):
         emit_main(FoldPad()(from_tflite(core.model)), core)
@@ -230,7 +234,7 @@ def test_the_c_emitter_checks_the_plan_it_is_given():
     with pytest.raises(CodegenError,
                        match="does not fit main: .*'(depthwise_conv2d_1|conv2d_0)'"):
         emit_main(edited(overlap), core)
-    with pytest.raises(CodegenError, match="another order than main's bindings .*step 0"):
+    with pytest.raises(CodegenError, match="another order than the module's .step 0"):
         emit_main(edited(lambda p: p["order"].reverse()), core)
     with pytest.raises(PlanError, match=r"field 'inplace\[0\]\.step' must be int"):
         emit_main(edited(lambda p: p["inplace"][0].update(step="3")), core)
@@ -238,6 +242,43 @@ def test_the_c_emitter_checks_the_plan_it_is_given():
         ArenaPlan(memory_model="mcu", alignment=64)
     with pytest.raises(PassError, match="memory_model"):
         ArenaPlan(memory_model="aot")
+
+
+def test_patch_and_rewrite_passes_leave_the_graph_the_arena_and_the_emitter_use(tmp_path):
+    """PatchExecution and IdentityGraphRewrite(memory_model="mcu") change no function; the
+    patched / rewritten graph they leave in the module is what ArenaPlan plans and emit_main
+    writes, checked to come from the main the module has."""
+    model = integer_core(load_tflite(model_path("tinyengine/vww.tflite")), True).model
+    scheduled = MemoryAwareSchedule(memory_model="mcu")(FoldPad()(from_tflite(model)))
+    patcher = PatchExecution(layers=[4], grids=[(3, 3)])
+    patched = patcher(scheduled)
+    assert all(patched[g].same_as(f) for g, f in scheduled.functions.items())
+    decided = mcu_graph(patched, "test")
+    assert decided.patched and patcher.plan.layers == tuple(
+        n for n in decided.source.op_names[:4])
+    assert list(decided.order) == list(patcher.plan.schedule.order)
+    out = emit_main(ArenaPlan(memory_model="mcu")(patched))
+    assert out.plan.order == decided.order and out.source_graph is not None
+    assert sum(1 for n in out.graph.nodes.values() if "patch" in n.attrs) > 4
+    # the decision belongs to this main: on another module it is refused, and the error
+    # keeps its type through TVM's pass infrastructure
+    other = MemoryAwareSchedule(memory_model="mcu")(FoldPad()(from_tflite(model_path(
+        "mlperf_tiny/kws_ref_model.tflite"))))
+    moved = other.with_attr("serenity.mcu_graph", str(patched.attrs["serenity.mcu_graph"]))
+    with pytest.raises(PassError, match="made from another main"):
+        tvm.transform.Sequential([ArenaPlan(memory_model="mcu")])(moved)
+    with pytest.raises(PassError, match="no 'main' function"):
+        ArenaPlan(memory_model="mcu")(tvm.IRModule())
+
+    cell = from_tflite(concat_cell(tmp_path, consumer="CONV_2D"))   # test_rewrite_c's figures
+    rewriter = IdentityGraphRewrite(memory_model="mcu", time_limit=60.0)
+    folded = FoldPad()(cell)
+    rewritten = rewriter(folded)
+    assert all(rewritten[g].same_as(f) for g, f in folded.functions.items())
+    assert (rewriter.result.peak_before, rewriter.result.peak_after) == (6144, 3328)
+    out = emit_main(ArenaPlan(memory_model="mcu")(rewritten))
+    assert any("rewrite" in n.attrs for n in out.graph.nodes.values())
+    assert out.plan.liveness_peak_bytes == simulate(out.graph, out.plan.order).peak_bytes
 
 
 def _block_model_tflite():

@@ -9,16 +9,19 @@ into ``out_dir``::
         ─ from_tflite                          Relax, one integer kernel call per operator
         ─ FoldPad                              PADs into the convolutions' kernels (a pass)
         ─ MemoryAwareSchedule(memory_model="mcu")   the pass orders main (tvm_serenity.passes)
-        ─ ArenaPlan(memory_model="mcu")        the pass plans main's arena (offsets, in-place
+          or IdentityGraphRewrite(memory_model="mcu")   with rewrite=True
+        ─ PatchExecution                       with patch=True
+        ─ ArenaPlan(memory_model="mcu")        the pass plans the arena (offsets, in-place
                                                pairs, right shifts; tvm_serenity.alloc)
-        ─ emit_main                            the Relax-to-C emitter: main's calls at the
-                                               planned offsets, the plan verified against main
+        ─ emit_main                            the Relax-to-C emitter: the calls at the planned
+                                               offsets, the plan verified against main
                                                (tvm_serenity.codegen.relax_c): model.c / model.h
         ─ micro.generate_project + build       firmware, SRAM fit check (tvm_serenity.micro)
 
-With ``rewrite`` or a patch plan the graph IR is transformed beyond what ``main`` expresses
-(rewritten kernels, patches), so that graph is planned (``mcu_arena``, the same planning as the
-pass) and emitted (``emit_model``) directly.
+Every decision is a pass's and lives in the module: the order in ``main``'s bindings, a
+rewritten or patched graph (beyond what ``main``'s operators express: int32 partial sums,
+patches) in its ``"serenity.mcu_graph"`` attribute (:mod:`tvm_serenity.passes.mcu_graph`), the
+arena in ``"serenity.arena"``; the emitter compiles what the module says.
 
 ``plan.json``'s ``relax`` entry says where the module came from (``front_end``), how many
 described kernels it had and what each pass decided (``passes``: ``LowerFakeQuant``'s lowered
@@ -98,25 +101,23 @@ import tvm
 
 from . import micro
 from .alloc import ArenaPlan as Plan
-from .codegen.graph_c import (PATCH_OPS, EmittedModel, IntegerCore, IOTensor, concat_is_copy,
-                              emit_model, integer_core)
+from .codegen.graph_c import EmittedModel, IntegerCore, IOTensor, integer_core
 from .codegen.relax_c import emit_main
 from .errors import SerenityError
 from .builddir import (absolute, checked_model, new_build, refresh_marker, sha256_of,
                        verify_build, write_bytes)
 from .files import check_fields, read_json
-from .frontend import Interpreter, load_tflite, tflite_to_graph
+from .frontend import Interpreter, load_tflite
 from .frontend.builder import tflite_bytes
 from .frontend.ort_arithmetic import is_onnxruntime
 from .frontend.relax_import import OperatorDescription, from_tflite
 from .frontend.relax_lift import operators_of
-from .frontend.tflite_model import Tensor, TFLiteModel
+from .frontend.tflite_model import Tensor
 from .graph import Graph
-from .passes import ArenaPlan, FoldPad, LowerFakeQuant, MemoryAwareSchedule
-from .passes.arena import mcu_arena
-from .rewrite import PATTERN_NAMES, RewriteResult, rewrite_graph
-from .rewrite.patch import (PatchError, PatchPlan, Segment, parse_grid, plan_for,
-                            plan_patches, source_region, why_no_plan, without_inplace)
+from .passes import (ArenaPlan, FoldPad, IdentityGraphRewrite, LowerFakeQuant,
+                     MemoryAwareSchedule, PatchExecution)
+from .rewrite import PATTERN_NAMES, RewriteResult
+from .rewrite.patch import PatchError, PatchPlan, Segment, parse_grid, source_region
 from .schedule import Deadline, ScheduleResult
 from .text import counted
 
@@ -405,24 +406,6 @@ def _input_arrays(data, tensors) -> list[bytes]:
     return out
 
 
-def _rewrite(graph: Graph, model: TFLiteModel, rip: bool, method: str,
-             time_limit: Deadline | float | None) -> RewriteResult:
-    """:func:`rewrite_graph` on ``graph``, with the concats that are not pure copies in the
-    model (:func:`~tvm_serenity.codegen.graph_c.concat_is_copy`) kept out of every pattern."""
-    hidden = {n.name for n in graph.nodes.values() if n.op == "concatenation"
-              and not concat_is_copy(model, model.operator(int(n.attrs["tflite_index"])))}
-    masked = Graph([dataclasses.replace(n, op="concatenation_requantized")
-                    if n.name in hidden else n for n in graph.nodes.values()],
-                   graph.outputs, graph.name)
-    result = rewrite_graph(masked if hidden else graph, inplace=rip, time_limit=time_limit,
-                           method=method)
-    if hidden:
-        result.graph = Graph([dataclasses.replace(n, op="concatenation")
-                              if n.name in hidden else n for n in result.graph.nodes.values()],
-                             result.graph.outputs, result.graph.name)
-    return result
-
-
 def compile_tflite(path: str | os.PathLike, target: str = "pico",
                    out_dir: str | os.PathLike = "serenity_out", *, schedule: str = "serenity",
                    planner: str = "optimal", rip: bool = True, rewrite: bool = False,
@@ -574,10 +557,22 @@ def _compile(front_end, source: Path, target: str, out_dir, marker: dict, *, for
         fold = FoldPad()
         mod = fold(from_tflite(core.model))
         relax_entry["passes"].append({"name": "FoldPad", "folded": len(fold.folded)})
-        if not rewrite:
+        unpatched_order, rewritten, patch_plan, refusal = (), None, None, ""
+        if rewrite:
+            rewriter = IdentityGraphRewrite(schedule, search.share(0.5), memory_model="mcu",
+                                            inplace=rip)
+            mod = rewriter(mod)
+            rewritten = rewriter.result
+            order = rewritten.schedule          # the scheduler's order for the rewritten graph
+            relax_entry["passes"].append(
+                {"name": "IdentityGraphRewrite", "memory_model": "mcu", "method": schedule,
+                 "applied": len(rewritten.applied), "peak_before": rewritten.peak_before,
+                 "peak_after": rewritten.peak_after, "optimal": rewritten.optimal})
+        else:
             scheduler = MemoryAwareSchedule(schedule, search.share(0.5), inplace=rip,
                                             memory_model="mcu")
             mod = scheduler(mod)
+            order = scheduler.result
             decision = scheduler.report.blocks[0]
             relax_entry["passes"].append(
                 {"name": "MemoryAwareSchedule", "memory_model": "mcu", "method": schedule,
@@ -586,52 +581,35 @@ def _compile(front_end, source: Path, target: str, out_dir, marker: dict, *, for
                  "changed": decision.changed})
         relax_entry["kernels"] = sum(1 for f in mod.functions.values()
                                      if OperatorDescription.of(f) is not None)
-        # the back end compiles main as the passes left it, in its binding order
+        if patch:       # judged by the same scheduler, the input resident or streamed
+            layers, grids = forced or (None, None)
+            patcher = PatchExecution(patch_overhead, layers=layers, grids=grids,
+                                     stream_input=stream_input, method=schedule, inplace=rip,
+                                     time_limit=search.share(0.5))
+            mod = patcher(mod)
+            patch_plan, refusal = patcher.plan, patcher.refusal
+            relax_entry["passes"].append(
+                {"name": "PatchExecution", "forced": forced is not None,
+                 "patched_layers": len(patch_plan.layers) if patch_plan else 0,
+                 "peak_before": patch_plan.peak_unpatched if patch_plan else None,
+                 "peak_after": patch_plan.peak_bytes if patch_plan else None})
+            if patch_plan is not None:
+                unpatched_order, order = tuple(order.order), patch_plan.schedule
+        # the back end compiles what the passes left: ArenaPlan plans it, the Relax-to-C
+        # emitter checks the plan against main and writes the calls at its offsets
+        arena = ArenaPlan(planner, memory_model="mcu", inplace=rip, time_limit=search)
+        mod = arena(mod)
+        relaxed = arena.report.relaxed_channel_layers
+        relax_entry["passes"].append(
+            {"name": "ArenaPlan", "memory_model": "mcu", "planner": arena.report.plan.planner,
+             "arena_bytes": arena.report.plan.arena_bytes, "status": arena.report.plan.status,
+             "in_place_steps": len(arena.report.plan.inplace),
+             "right_shifts": len(arena.report.plan.moves),
+             "relaxed_channel_layers": len(relaxed)})
         core = dataclasses.replace(core, model=operators_of(mod, core.model.name,
                                                             core.model.source))
-        graph = tflite_to_graph(core.model, fold_pad=True, name=core.source.name)
-        source_graph, rewritten = None, None
-        if rewrite:
-            rewritten = _rewrite(graph, core.model, rip, schedule, search.share(0.5))
-            source_graph, graph = graph, rewritten.graph
-            order = rewritten.schedule          # the scheduler's order for the rewritten graph
-        else:
-            order = scheduler.result
-            assert list(order.order) == graph.op_names     # main is in the order decided
-        patch_plan, refusal = None, why_no_plan(graph, PATCH_OPS) if patch else ""
-        if forced:
-            patch_plan = plan_for(graph, *forced, method=schedule, inplace=rip,
-                                  stream_input=stream_input, time_limit=search.share(0.5),
-                                  ops=PATCH_OPS)
-        elif patch:     # judged by the same scheduler, the input resident or streamed
-            patch_plan = plan_patches(graph, max_overhead=patch_overhead, method=schedule,
-                                      inplace=rip, stream_input=stream_input,
-                                      time_limit=search.share(0.5), ops=PATCH_OPS)
-        unpatched_order = ()
-        if patch_plan is None and not rewrite:
-            # main as the passes left it is what runs: ArenaPlan plans it, the Relax-to-C
-            # emitter checks the plan against main and writes the calls at its offsets
-            arena = ArenaPlan(planner, memory_model="mcu", inplace=rip, time_limit=search)
-            mod = arena(mod)
-            emitted, graph, plan = emit_main(mod, core, opt_level=opt_level,
-                                             name=core.source.name)
-            relaxed = arena.report.relaxed_channel_layers
-            relax_entry["passes"].append(
-                {"name": "ArenaPlan", "memory_model": "mcu", "planner": plan.planner,
-                 "arena_bytes": plan.arena_bytes, "status": plan.status,
-                 "in_place_steps": len(plan.inplace), "right_shifts": len(plan.moves),
-                 "relaxed_channel_layers": len(relaxed)})
-        else:       # the patched or rewritten graph IR: its kernels are the emitter's own
-            if patch_plan is not None:
-                source_graph, unpatched_order = graph, tuple(order.order)
-                graph = patch_plan.graph(graph if rip else without_inplace(graph))
-                order = patch_plan.schedule
-            # a patch plan's output chain is in place (aliases) with or without RiP
-            graph, relaxed, plan = mcu_arena(graph, order.order, planner, rip=rip,
-                                             inplace=rip or patch_plan is not None,
-                                             time_limit=search)
-            emitted = emit_model(core, graph, plan, opt_level=opt_level, name=core.source.name,
-                                 source_graph=source_graph if rewrite else None)
+        emitted, graph, plan, source_graph = emit_main(mod, core, opt_level=opt_level,
+                                                       name=core.source.name)
         emitted.write(tmp / MODEL_DIR)
         data = _random_inputs(core, seed) if input is None else \
             _input_arrays(input, emitted.inputs)

@@ -5,6 +5,8 @@
 * :class:`IdentityGraphRewrite`: channel-/kernel-wise partitioning of concat -> conv where the
   optimal peak drops;
 * :class:`MemoryAwareSchedule`: reorders every dataflow block for minimum peak memory;
+* :class:`PatchExecution`: a microcontroller build's first layers run patch by patch where
+  that lowers the peak (the graph the MCU back end compiles, :mod:`.mcu_graph`);
 * :class:`RiPLowering`: int8 convolutions that are their input's last consumer run as
   in-place Right-in-Place kernels (``R.call_tir_inplace``);
 * :class:`ShareKernels`: drops the kernels' operator descriptions (the MCU route's) and merges
@@ -25,6 +27,7 @@ from .convert import (BlockGraph, ConversionError, PassError, block_graph, graph
                       with_blocks)
 from .fakequant import LowerFakeQuant
 from .foldpad import FoldPad
+from .patch import PatchExecution
 from .pipeline import (AFTER_SCHEDULE, BEFORE_LEGALIZE, PIPELINE_NAME, SmallerArena,
                        pipeline_report, register, serenity_pipeline)
 from .schedule import BlockSchedule, MemoryAwareSchedule, ScheduleReport, read_report
@@ -39,4 +42,4 @@ __all__ = ["LowerFakeQuant", "FoldPad", "MemoryAwareSchedule", "ScheduleReport",
            "pipeline_report", "read_report", "BEFORE_LEGALIZE", "AFTER_SCHEDULE", "PIPELINE_NAME",
            "BlockGraph", "ConversionError", "PassError", "block_graph", "graph_of_bindings",
            "with_blocks", "RiPLowering", "IdentityGraphRewrite", "RewriteReport",
-           "BlockRewrite", "ShareKernels", "SmallerArena"]
+           "BlockRewrite", "ShareKernels", "SmallerArena", "PatchExecution"]

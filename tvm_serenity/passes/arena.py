@@ -45,13 +45,13 @@ tensors. The kernel is an in-place node only where it is x's last reader, so x i
 overwritten early. RiPLowering's PrimFuncs no call uses any more are removed.
 
 With ``memory_model="mcu"`` the pass plans the arena of a microcontroller build instead and
-changes no function: ``main`` (one dataflow block of integer kernels, as
-:func:`~tvm_serenity.frontend.from_tflite` writes it and ``MemoryAwareSchedule(memory_model=
-"mcu")`` orders it) is read back as operators and planned on the graph the MCU back end compiles
-(:func:`~tvm_serenity.frontend.tflite_to_graph`: PADs folded, Right-in-Place workspaces and exact
-aliases; ``inplace=False`` for the dual-buffer build) for its binding order, with alignment 1,
-by :func:`mcu_arena` (which also gives a channel-wise depthwise layer RiP's workspace back where
-the order's peak allows). The decision, a :class:`MainArena` (the plan's offsets, in-place pairs
+changes no function: it plans the graph the build compiles (:func:`.mcu_graph.mcu_graph`:
+``main``'s operators read back as the MCU graph IR in binding order, PADs folded,
+Right-in-Place workspaces and exact aliases, or the rewritten or patched graph and its order
+that ``IdentityGraphRewrite(memory_model="mcu")`` or ``PatchExecution`` left), in place or not
+(``inplace=False``: the dual-buffer build; a patched graph's output chain is in place either
+way), with alignment 1, by :func:`mcu_arena` (which also gives a channel-wise depthwise layer
+RiP's workspace back where the order's peak allows). The decision, a :class:`MainArena` (the plan's offsets, in-place pairs
 and right shifts, and the relaxed layers), is ``.report`` and the module attribute
 ``"serenity.arena"`` (:func:`read_main_arena`); the Relax-to-C emitter
 (:func:`tvm_serenity.codegen.relax_c.emit_main`) verifies it against ``main`` and writes the
@@ -74,13 +74,12 @@ from typing import TYPE_CHECKING
 import tvm
 from tvm import relax
 
-from ..frontend.relax_lift import LiftError, operators_of
-from ..frontend.to_graph import tflite_to_graph
 from ..graph import Graph
 from ..rip.choice import relax_channel_kinds
 from ..schedule import Deadline
 from .convert import (BlockGraph, ConversionError, PassError, graph_of_bindings, is_op,
                       is_view, relax_functions, type_bytes, with_blocks, with_report)
+from .mcu_graph import mcu_graph
 
 if TYPE_CHECKING:
     from .. import alloc
@@ -312,15 +311,12 @@ class ArenaPlan:
 
     def _plan_main(self, mod: tvm.IRModule) -> tvm.IRModule:
         """``memory_model="mcu"`` (module docstring)."""
-        try:
-            model = operators_of(mod, "main", "ArenaPlan(memory_model='mcu'): main")
-        except LiftError as e:
-            raise PassError(str(e)) from None
-        graph = tflite_to_graph(model, fold_pad=True, name="main")
-        self.graph, relaxed, plan = mcu_arena(graph, graph.op_names, self.planner,
-                                              rip=self.inplace, inplace=self.inplace,
+        decided = mcu_graph(mod, "ArenaPlan(memory_model='mcu')")
+        inplace = self.inplace or decided.patched
+        self.graph, relaxed, plan = mcu_arena(decided.graph, decided.order, self.planner,
+                                              rip=self.inplace, inplace=inplace,
                                               time_limit=self.time_limit)
-        self.report = MainArena(plan, self.inplace, relaxed)
+        self.report = MainArena(plan, inplace, relaxed)
         return mod.with_attr(REPORT_ATTR, json.dumps(self.report.to_json()))
 
     def _plan_function(self, bb: relax.BlockBuilder, mod: tvm.IRModule, fname: str,

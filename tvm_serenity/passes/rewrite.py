@@ -43,6 +43,17 @@ the report, never half-rewritten.
 
 What it decided is kept on the instance as ``.report`` (:class:`RewriteReport`) and as JSON in
 the module attribute ``"serenity.rewrite"``.
+
+With ``memory_model="mcu"`` the pass rewrites the graph a microcontroller build compiles
+instead, and changes no function: ``main``'s graph (:func:`.mcu_graph.main_graph`) is handed to
+:func:`~tvm_serenity.rewrite.rewrite_graph` with every pattern the C emitter runs (expand-
+depthwise fusion too, the int32 requantization in place), judged with the build's in-place
+model; a concat that is no pure copy in the model (its inputs' quantization differs from its
+output's, :func:`~tvm_serenity.codegen.graph_c.concat_is_copy`) is kept out of every pattern.
+The rewritten graph and the scheduler's order for it become the module's MCU graph
+(:mod:`.mcu_graph`), which ``ArenaPlan(memory_model="mcu")`` plans and the Relax-to-C emitter
+writes (so ``MemoryAwareSchedule`` need not run: the order is the rewrite's); the search's
+result is ``.result`` (a :class:`~tvm_serenity.rewrite.RewriteResult`).
 """
 
 from __future__ import annotations
@@ -62,13 +73,16 @@ from ..frontend import reference as ref
 from ..frontend.relax_import import operator_call, operator_model, spatial_pad
 from ..frontend.to_graph import operator_node
 from ..graph import INPUT_OP, Graph
-from ..rewrite import CHANNEL, KERNEL, UNARY, find_candidates, rewrite_graph
+from ..rewrite import CHANNEL, KERNEL, UNARY, RewriteResult, find_candidates, rewrite_graph
 
 #: The rewrite kinds this pass replays. Expand-depthwise fusion (``rewrite.FUSE``) is not one:
 #: it needs a fused kernel in Relax, so the graph search is never offered it here.
 KINDS = (CHANNEL, KERNEL)
 from ..schedule import METHODS
+from ..codegen.graph_c import concat_is_copy
+from ..frontend.relax_lift import operators_of
 from .convert import ConversionError, PassError, block_graph, relax_functions, with_blocks
+from .mcu_graph import McuGraph, main_graph, with_mcu_graph
 from .described import DescribedCall, described_call
 from .pipeline import BEFORE_LEGALIZE
 
@@ -331,23 +345,34 @@ class IdentityGraphRewrite:
     ----------
     method : the exact scheduling method judging each trial (a key of
         :data:`tvm_serenity.schedule.METHODS`; ``"serenity"`` by default).
-    time_limit : seconds per scheduler call (None: none).
+    time_limit : seconds per scheduler call (None: none); with ``memory_model="mcu"`` for the
+        whole search (seconds or a :class:`~tvm_serenity.schedule.Deadline`).
     enabled : ``False`` does nothing (how ``serenity_pipeline(rewrite=False)`` leaves it out).
+    memory_model : ``"relax"`` (the Relax blocks, above) or ``"mcu"`` (the graph of a
+        microcontroller build: module docstring).
+    inplace : ``"mcu"`` only: judge with in-place execution (the RiP build) or without.
     """
 
     def __init__(self, method: str = "serenity", time_limit: float | None = None,
-                 enabled: bool = True):
+                 enabled: bool = True, memory_model: str = "relax", inplace: bool = True):
         if method not in METHODS:
             raise PassError(f"IdentityGraphRewrite: unknown method '{method}' "
                             f"(choose from {', '.join(sorted(METHODS))})")
+        if memory_model not in ("relax", "mcu"):
+            raise PassError(f"IdentityGraphRewrite: memory_model must be 'relax' or 'mcu', "
+                            f"got {memory_model!r}")
         self.method, self.time_limit, self.enabled = method, time_limit, enabled
+        self.memory_model, self.inplace = memory_model, inplace
         self.report = RewriteReport(method, time_limit)
+        self.result: RewriteResult | None = None     # memory_model="mcu": the search's result
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         report = RewriteReport(self.method, self.time_limit)
         self.report = report
         if not self.enabled:
             return mod
+        if self.memory_model == "mcu":
+            return self._rewrite_main(mod)
         bb = relax.BlockBuilder(mod)
         updates = {}
         for gvar, func in relax_functions(mod):
@@ -363,6 +388,27 @@ class IdentityGraphRewrite:
             warnings.warn("IdentityGraphRewrite: left as they are: " + "; ".join(
                 f"{where} ({why})" for where, why in report.not_matched.items()))
         return mod.with_attr(REPORT_ATTR, json.dumps(report.to_json()))
+
+    def _rewrite_main(self, mod: tvm.IRModule) -> tvm.IRModule:
+        """``memory_model="mcu"`` (module docstring)."""
+        where = "IdentityGraphRewrite(memory_model='mcu')"
+        graph = main_graph(mod, where)
+        model = operators_of(mod, "main", where)
+        hidden = {n.name for n in graph.nodes.values() if n.op == "concatenation"
+                  and not concat_is_copy(model, model.operator(int(n.attrs["tflite_index"])))}
+
+        def renamed(g: Graph, names, op: str) -> Graph:
+            return Graph([replace(n, op=op) if n.name in names else n
+                          for n in g.nodes.values()], g.outputs, g.name)
+
+        result = rewrite_graph(renamed(graph, hidden, "concatenation_requantized"),
+                               inplace=self.inplace, time_limit=self.time_limit,
+                               method=self.method)
+        if hidden:
+            result.graph = renamed(result.graph, hidden, "concatenation")
+        self.result = result
+        return with_mcu_graph(mod, McuGraph(result.graph, tuple(result.schedule.order), graph,
+                                            "IdentityGraphRewrite"))
 
     def _block(self, bb, mod, func, index, fname, report):
         block = func.body.blocks[index]
