@@ -63,9 +63,8 @@ def emit_main(mod: tvm.IRModule, core: IntegerCore | None = None, *,
     if arena is None:
         raise CodegenError("the module has no microcontroller arena plan: run "
                            "ArenaPlan(memory_model='mcu') on it first")
-    model = operators_of(mod, *((core.model.name, core.model.source) if core else ("model",)))
-    core = IntegerCore(model, core.source, core.stripped) if core else IntegerCore(model, model,
-                                                                                   ())
+    model = operators_of(mod, core.model.name, core.model.source) if core else operators_of(mod)
+    core = IntegerCore(model, core.source if core else model, core.stripped if core else ())
     name = name or core.source.name
     decided = mcu_graph(mod, "emit_main")
     plan = arena.plan
