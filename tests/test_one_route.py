@@ -281,6 +281,32 @@ def test_patch_and_rewrite_passes_leave_the_graph_the_arena_and_the_emitter_use(
     assert out.plan.liveness_peak_bytes == simulate(out.graph, out.plan.order).peak_bytes
 
 
+@needs_cc
+def test_a_module_the_caller_planned_deploys_as_its_passes_decided(tmp_path):
+    """The passes a TVM user runs decide the microcontroller build: build_model compiles the
+    planned module as it is (their order, patches and arena; no pass runs again), bit-exact;
+    the options those passes decide are refused before anything is written."""
+    model = integer_core(load_tflite(model_path("mlperf_tiny/vww_96_int8.tflite")), True).model
+    seq = tvm.transform.Sequential([
+        FoldPad(), MemoryAwareSchedule(memory_model="mcu"),
+        PatchExecution(layers=[3], grids=[(2, 2)], inplace=False),
+        ArenaPlan(memory_model="mcu", inplace=False)])
+    planned = seq(from_tflite(model))
+    arena = read_main_arena(planned)
+    built = micro.build_model(planned, "host", tmp_path / "planned", name="vww96")
+    plan = json.loads((built.out_dir / "plan.json").read_text())
+    assert plan["relax"]["decided_by"] == "caller"
+    assert [p["name"] for p in plan["relax"]["passes"]] == [
+        "MemoryAwareSchedule", "PatchExecution", "ArenaPlan"]
+    assert plan["order"] == list(arena.plan.order) == list(mcu_graph(planned, "t").order)
+    assert plan["offsets"] == arena.plan.offsets and built.arena_bytes == arena.plan.arena_bytes
+    assert sum(1 for n in built.graph.nodes.values() if "patch" in n.attrs) >= 3
+    micro.run_model(built.out_dir)                  # raises unless equal to the reference
+    with pytest.raises(SerenityError, match="without patch, rip"):
+        micro.build_model(planned, "host", tmp_path / "again", rip=True, patch=True)
+    assert not (tmp_path / "again").exists()
+
+
 def _block_model_tflite():
     """The BlockBuilder model of :func:`_block_model` as operators (main read back)."""
     return operators_of(_block_model(), "block")

@@ -115,10 +115,13 @@ from .frontend.relax_lift import operators_of
 from .frontend.tflite_model import Tensor
 from .graph import Graph
 from .passes import (ArenaPlan, FoldPad, IdentityGraphRewrite, LowerFakeQuant,
-                     MemoryAwareSchedule, PatchExecution)
+                     MemoryAwareSchedule, PatchExecution, read_report)
+from .passes.arena import MainArena, read_main_arena
+from .passes.mcu_graph import mcu_graph
 from .rewrite import PATTERN_NAMES, RewriteResult
 from .rewrite.patch import PatchError, PatchPlan, Segment, parse_grid, source_region
 from .schedule import Deadline, ScheduleResult
+from .schedule.result import make_result
 from .text import counted
 
 __all__ = ["TARGETS", "DEFAULT_TIME_LIMIT", "PLAN_FILE", "GRAPH_FILE", "SOURCE_GRAPH_FILE",
@@ -128,6 +131,9 @@ __all__ = ["TARGETS", "DEFAULT_TIME_LIMIT", "PLAN_FILE", "GRAPH_FILE", "SOURCE_G
 TARGETS = tuple(micro.BOARDS)     # pico, pico2, host
 DEFAULT_TIME_LIMIT = 30.0
 DEFAULT_PATCH_OVERHEAD = 0.2      # extra MACs a patch plan may cost, of the network's
+#: compile options the MCU passes decide with (refused for a module the caller planned)
+PASS_OPTIONS = ("schedule", "planner", "rip", "rewrite", "time_limit", "patch",
+                "patch_overhead", "patch_layers", "patch_grid", "stream_input")
 PLAN_FILE = "plan.json"
 GRAPH_FILE = "graph.json"
 SOURCE_GRAPH_FILE = "graph_source.json"     # the graph before identity rewriting
@@ -473,11 +479,32 @@ def compile_module(mod: tvm.IRModule, target: str = "pico",
     refused naming its binding before anything is written. The operators are also written as
     ``model.tflite`` in ``out_dir``: the model :func:`run` checks the outputs against, and one
     TFLite's own interpreters can run. ``name`` names the model, ``front_end`` says in
-    ``plan.json`` where the module came from."""
+    ``plan.json`` where the module came from.
+
+    A module the caller already ran ``ArenaPlan(memory_model="mcu")`` on (after their own
+    choice of the MCU passes: ``MemoryAwareSchedule``, ``IdentityGraphRewrite``,
+    ``PatchExecution`` with the options they wanted) is compiled as those passes left it: no
+    pass runs again, the Relax-to-C emitter checks their plan against the module and writes it
+    (``plan.json``'s ``relax`` entry says ``"decided_by": "caller"``). The options those passes
+    decide (and ``int8_core``, which would change the operators) are then refused."""
     out = absolute(out_dir)
     marker = {"model": str(out / MODULE_FILE)}
+    arena = read_main_arena(mod)
+    if arena is not None:
+        given = sorted(set(options) & set(PASS_OPTIONS)) + (["int8_core"] if int8_core else [])
+        if given:
+            raise SerenityError(f"the module's passes already decided its build "
+                                f"(ArenaPlan(memory_model='mcu') ran on it): compile it without "
+                                f"{', '.join(given)}, or pass the module from before the passes")
+        options["rip"] = arena.inplace
 
     def lower(tmp: Path) -> tuple[IntegerCore, dict]:
+        if arena is not None:
+            model = operators_of(mod, name, f"Relax module '{name}'")
+            (tmp / MODULE_FILE).write_bytes(tflite_bytes(model))
+            marker["model_sha256"] = sha256_of(tmp / MODULE_FILE)
+            return integer_core(model, float_edges=True), {
+                "front_end": front_end, "decided_by": "caller", "passes": _caller_passes(mod)}
         fake_quant = LowerFakeQuant()
         lowered = fake_quant(mod)
         for error in fake_quant.refused.values():      # no kernel computes it: say why
@@ -491,7 +518,7 @@ def compile_module(mod: tvm.IRModule, target: str = "pico",
                                                                 "passes": passes}
 
     return _compile(lower, out / MODULE_FILE, target, out_dir, marker, force=force,
-                    int8_core=int8_core, **options)
+                    int8_core=int8_core, planned=mod if arena is not None else None, **options)
 
 
 def _forced_patch(patch: bool, layers, grid) -> tuple[list[int], list[tuple]] | None:
@@ -519,6 +546,100 @@ def _forced_patch(patch: bool, layers, grid) -> tuple[list[int], list[tuple]] | 
     return layers, grids
 
 
+@dataclass
+class _Decisions:
+    """What the passes decided for a build (module docstring): the module as they left it, the
+    order's :class:`ScheduleResult` (None: the caller's passes ran, the order is the plan's),
+    the relaxed depthwise layers, and the rewrite / patch decisions."""
+
+    mod: tvm.IRModule
+    order: ScheduleResult | None
+    relaxed: tuple[str, ...] = ()
+    rewritten: RewriteResult | None = None
+    patch_plan: PatchPlan | None = None
+    refusal: str = ""
+    unpatched_order: tuple[str, ...] = ()
+
+
+def _run_passes(mod: tvm.IRModule, relax_entry: dict, *, schedule: str, planner: str, rip: bool,
+                rewrite: bool, time_limit, patch: bool, patch_overhead: float, forced,
+                stream_input: bool) -> _Decisions:
+    """The MCU passes on ``mod`` (module docstring), each one's decisions appended to
+    ``relax_entry["passes"]``."""
+    search = Deadline.of(time_limit, DEFAULT_TIME_LIMIT)   # schedule + arena together
+    fold = FoldPad()
+    mod = fold(mod)
+    relax_entry["passes"].append({"name": "FoldPad", "folded": len(fold.folded)})
+    unpatched_order, rewritten, patch_plan, refusal = (), None, None, ""
+    if rewrite:
+        rewriter = IdentityGraphRewrite(schedule, search.share(0.5), memory_model="mcu",
+                                        inplace=rip)
+        mod = rewriter(mod)
+        rewritten = rewriter.result
+        order = rewritten.schedule          # the scheduler's order for the rewritten graph
+        relax_entry["passes"].append(
+            {"name": "IdentityGraphRewrite", "memory_model": "mcu", "method": schedule,
+             "applied": len(rewritten.applied), "peak_before": rewritten.peak_before,
+             "peak_after": rewritten.peak_after, "optimal": rewritten.optimal})
+    else:
+        scheduler = MemoryAwareSchedule(schedule, search.share(0.5), inplace=rip,
+                                        memory_model="mcu")
+        mod = scheduler(mod)
+        order = scheduler.result
+        decision = scheduler.report.blocks[0]
+        relax_entry["passes"].append(
+            {"name": "MemoryAwareSchedule", "memory_model": "mcu", "method": schedule,
+             "peak_before": decision.peak_before, "peak_after": decision.peak_after,
+             "lower_bound": decision.lower_bound, "optimal": decision.optimal,
+             "changed": decision.changed})
+    if patch:       # judged by the same scheduler, the input resident or streamed
+        layers, grids = forced or (None, None)
+        patcher = PatchExecution(patch_overhead, layers=layers, grids=grids,
+                                 stream_input=stream_input, method=schedule, inplace=rip,
+                                 time_limit=search.share(0.5))
+        mod = patcher(mod)
+        patch_plan, refusal = patcher.plan, patcher.refusal
+        relax_entry["passes"].append(
+            {"name": "PatchExecution", "forced": forced is not None,
+             "patched_layers": len(patch_plan.layers) if patch_plan else 0,
+             "peak_before": patch_plan.peak_unpatched if patch_plan else None,
+             "peak_after": patch_plan.peak_bytes if patch_plan else None})
+        if patch_plan is not None:
+            unpatched_order, order = tuple(order.order), patch_plan.schedule
+    # the back end compiles what the passes left: ArenaPlan plans it, the Relax-to-C
+    # emitter checks the plan against main and writes the calls at its offsets
+    arena = ArenaPlan(planner, memory_model="mcu", inplace=rip, time_limit=search)
+    mod = arena(mod)
+    relax_entry["passes"].append(_arena_entry(arena.report))
+    return _Decisions(mod, order, arena.report.relaxed_channel_layers, rewritten, patch_plan,
+                      refusal, unpatched_order)
+
+
+def _arena_entry(arena: MainArena) -> dict:
+    """``plan.json``'s entry for what ``ArenaPlan(memory_model="mcu")`` decided."""
+    p = arena.plan
+    return {"name": "ArenaPlan", "memory_model": "mcu", "planner": p.planner,
+            "arena_bytes": p.arena_bytes, "status": p.status, "in_place_steps": len(p.inplace),
+            "right_shifts": len(p.moves),
+            "relaxed_channel_layers": len(arena.relaxed_channel_layers)}
+
+
+def _caller_passes(mod: tvm.IRModule) -> list[dict]:
+    """``plan.json``'s entries for a module whose passes the caller ran: what their module
+    attributes say (the schedule's peaks, who made the MCU graph, the arena)."""
+    entries = []
+    schedule = read_report(mod)
+    if schedule and schedule.get("blocks"):
+        block = schedule["blocks"][0]
+        entries.append({"name": "MemoryAwareSchedule", **{k: block[k] for k in (
+            "peak_before", "peak_after", "lower_bound", "optimal", "changed")}})
+    decided = mcu_graph(mod, "compile_module")
+    if decided.by != "main":
+        entries.append({"name": decided.by, "nodes_before": len(decided.source.nodes),
+                        "nodes_after": len(decided.graph.nodes)})
+    return entries + [_arena_entry(read_main_arena(mod))]
+
+
 def _compile(front_end, source: Path, target: str, out_dir, marker: dict, *, force: bool,
              schedule: str = "serenity", planner: str = "optimal", rip: bool = True,
              rewrite: bool = False, time_limit: float | None = DEFAULT_TIME_LIMIT, input=None,
@@ -527,14 +648,13 @@ def _compile(front_end, source: Path, target: str, out_dir, marker: dict, *, for
              int8_core: bool = False, patch: bool = False,
              patch_overhead: float = DEFAULT_PATCH_OVERHEAD, patch_layers: int | None = None,
              patch_grid: tuple[int, int] | None = None,
-             stream_input: bool = False) -> CompiledModel:
+             stream_input: bool = False, planned: tvm.IRModule | None = None) -> CompiledModel:
     """What every front end shares: ``front_end(tmp)`` gives the integer core and the start of
     ``plan.json``'s ``relax`` entry; the core is imported into Relax
-    (:func:`~.frontend.relax_import.from_tflite`), ordered there by
-    :class:`~.passes.MemoryAwareSchedule` on the MCU memory model, and read back in that order
-    (:func:`~.frontend.relax_lift.operators_of`) for the back end: arena plan, C, project,
-    firmware. With ``rewrite`` the identity rewriting search (on the graph IR: its kernels are
-    the MCU emitter's) orders the rewritten graph instead."""
+    (:func:`~.frontend.relax_import.from_tflite`), the MCU passes decide order, rewrite,
+    patches and arena there (:func:`_run_passes`), and the Relax-to-C emitter writes what they
+    left; then the project and the firmware. ``planned``: a module the caller's passes already
+    planned, compiled as it is (:func:`compile_module`)."""
     if target not in TARGETS:
         raise SerenityError(f"unknown target '{target}' (choose from {', '.join(TARGETS)})")
     if patch and rewrite:
@@ -553,63 +673,23 @@ def _compile(front_end, source: Path, target: str, out_dir, marker: dict, *, for
         if rewrite and any(is_onnxruntime(op.options) for op in core.model.operators):
             raise SerenityError("identity rewriting (rewrite) does not implement onnxruntime's "
                                 "arithmetic (an ONNX model's operators): compile without it")
-        search = Deadline.of(time_limit, DEFAULT_TIME_LIMIT)   # schedule + arena together
-        fold = FoldPad()
-        mod = fold(from_tflite(core.model))
-        relax_entry["passes"].append({"name": "FoldPad", "folded": len(fold.folded)})
-        unpatched_order, rewritten, patch_plan, refusal = (), None, None, ""
-        if rewrite:
-            rewriter = IdentityGraphRewrite(schedule, search.share(0.5), memory_model="mcu",
-                                            inplace=rip)
-            mod = rewriter(mod)
-            rewritten = rewriter.result
-            order = rewritten.schedule          # the scheduler's order for the rewritten graph
-            relax_entry["passes"].append(
-                {"name": "IdentityGraphRewrite", "memory_model": "mcu", "method": schedule,
-                 "applied": len(rewritten.applied), "peak_before": rewritten.peak_before,
-                 "peak_after": rewritten.peak_after, "optimal": rewritten.optimal})
+        if planned is None:
+            decided = _run_passes(from_tflite(core.model), relax_entry, schedule=schedule,
+                                  planner=planner, rip=rip, rewrite=rewrite,
+                                  time_limit=time_limit, patch=patch,
+                                  patch_overhead=patch_overhead, forced=forced,
+                                  stream_input=stream_input)
         else:
-            scheduler = MemoryAwareSchedule(schedule, search.share(0.5), inplace=rip,
-                                            memory_model="mcu")
-            mod = scheduler(mod)
-            order = scheduler.result
-            decision = scheduler.report.blocks[0]
-            relax_entry["passes"].append(
-                {"name": "MemoryAwareSchedule", "memory_model": "mcu", "method": schedule,
-                 "peak_before": decision.peak_before, "peak_after": decision.peak_after,
-                 "lower_bound": decision.lower_bound, "optimal": decision.optimal,
-                 "changed": decision.changed})
+            decided = _Decisions(planned, None, read_main_arena(planned).relaxed_channel_layers)
+        mod = decided.mod
         relax_entry["kernels"] = sum(1 for f in mod.functions.values()
                                      if OperatorDescription.of(f) is not None)
-        if patch:       # judged by the same scheduler, the input resident or streamed
-            layers, grids = forced or (None, None)
-            patcher = PatchExecution(patch_overhead, layers=layers, grids=grids,
-                                     stream_input=stream_input, method=schedule, inplace=rip,
-                                     time_limit=search.share(0.5))
-            mod = patcher(mod)
-            patch_plan, refusal = patcher.plan, patcher.refusal
-            relax_entry["passes"].append(
-                {"name": "PatchExecution", "forced": forced is not None,
-                 "patched_layers": len(patch_plan.layers) if patch_plan else 0,
-                 "peak_before": patch_plan.peak_unpatched if patch_plan else None,
-                 "peak_after": patch_plan.peak_bytes if patch_plan else None})
-            if patch_plan is not None:
-                unpatched_order, order = tuple(order.order), patch_plan.schedule
-        # the back end compiles what the passes left: ArenaPlan plans it, the Relax-to-C
-        # emitter checks the plan against main and writes the calls at its offsets
-        arena = ArenaPlan(planner, memory_model="mcu", inplace=rip, time_limit=search)
-        mod = arena(mod)
-        relaxed = arena.report.relaxed_channel_layers
-        relax_entry["passes"].append(
-            {"name": "ArenaPlan", "memory_model": "mcu", "planner": arena.report.plan.planner,
-             "arena_bytes": arena.report.plan.arena_bytes, "status": arena.report.plan.status,
-             "in_place_steps": len(arena.report.plan.inplace),
-             "right_shifts": len(arena.report.plan.moves),
-             "relaxed_channel_layers": len(relaxed)})
         core = dataclasses.replace(core, model=operators_of(mod, core.model.name,
                                                             core.model.source))
         emitted, graph, plan, source_graph = emit_main(mod, core, opt_level=opt_level,
                                                        name=core.source.name)
+        order = decided.order or make_result(graph, plan.order, "given", 0.0,
+                                             inplace=read_main_arena(mod).inplace)
         emitted.write(tmp / MODEL_DIR)
         data = _random_inputs(core, seed) if input is None else \
             _input_arrays(input, emitted.inputs)
@@ -617,8 +697,9 @@ def _compile(front_end, source: Path, target: str, out_dir, marker: dict, *, for
         micro.generate_project(tmp / PROJECT_DIR, tmp / MODEL_DIR, target, emulate=True,
                                input_data=data, stack_reserve=stack_reserve)
         compiled = CompiledModel(out, source, target, rip, core, graph, order, plan, emitted,
-                                 None, rewritten, source_graph, int8_core, relaxed, relax_entry,
-                                 patch_plan, patch, unpatched_order, refusal, stream_input)
+                                 None, decided.rewritten, source_graph, int8_core,
+                                 decided.relaxed, relax_entry, decided.patch_plan, patch,
+                                 decided.unpatched_order, decided.refusal, stream_input)
         graph.save(tmp / GRAPH_FILE)
         if source_graph is not None:
             source_graph.save(tmp / SOURCE_GRAPH_FILE)

@@ -39,9 +39,11 @@ def build_model(model, board: str = "pico", out_dir="serenity_out", **options):
     """Compile ``model`` for ``board`` (``"pico"``, ``"pico2"``, ``"host"``) into ``out_dir``
     through the one route (front end -> Relax integer kernels -> the MCU back end) and return
     the :class:`~tvm_serenity.deploy.CompiledModel`. ``model``: a Relax ``IRModule`` of integer
-    kernels (or with float quantize/dequantize patterns ``LowerFakeQuant`` lowers), a
-    ``.tflite`` or an int8 QDQ ``.onnx`` file. ``options``: those of
-    :func:`~tvm_serenity.deploy.compile_tflite` (``rip``, ``rewrite``, ``schedule``, ...)."""
+    kernels (or with float quantize/dequantize patterns ``LowerFakeQuant`` lowers; one the MCU
+    passes already planned, ``ArenaPlan(memory_model="mcu")`` last, is compiled as they left
+    it: :func:`~tvm_serenity.deploy.compile_module`), a ``.tflite`` or an int8 QDQ ``.onnx``
+    file. ``options``: those of :func:`~tvm_serenity.deploy.compile_tflite` (``rip``,
+    ``rewrite``, ``schedule``, ...)."""
     import os
 
     import tvm
