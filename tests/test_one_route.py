@@ -238,6 +238,8 @@ def test_the_c_emitter_checks_the_plan_it_is_given():
         emit_main(edited(lambda p: p["order"].reverse()), core)
     with pytest.raises(PlanError, match=r"field 'inplace\[0\]\.step' must be int"):
         emit_main(edited(lambda p: p["inplace"][0].update(step="3")), core)
+    with pytest.raises(PassError, match="'serenity.arena' is no JSON"):
+        emit_main(planned.with_attr("serenity.arena", "{bad"), core)
     with pytest.raises(PassError, match="alignment 1"):
         ArenaPlan(memory_model="mcu", alignment=64)
     with pytest.raises(PassError, match="memory_model"):

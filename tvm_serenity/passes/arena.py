@@ -133,10 +133,11 @@ class ArenaReport:
 
 @dataclass(frozen=True)
 class MainArena:
-    """What ``ArenaPlan(memory_model="mcu")`` decided for ``main``: the plan (an
-    :class:`tvm_serenity.alloc.ArenaPlan`, alignment 1, the order main's bindings') of the
-    graph the MCU back end compiles, with in-place pairs (``inplace``) or without, and the
-    channel-wise depthwise layers given RiP's workspace back (their graph nodes' ``inplace``)."""
+    """What ``ArenaPlan(memory_model="mcu")`` decided: the plan (an
+    :class:`tvm_serenity.alloc.ArenaPlan`, alignment 1) of the graph the MCU back end compiles
+    (:func:`.mcu_graph.mcu_graph`, in its order), with in-place pairs (``inplace``) or without,
+    and the channel-wise depthwise layers given RiP's workspace back (their graph nodes'
+    ``inplace``)."""
 
     plan: alloc.ArenaPlan
     inplace: bool
@@ -165,10 +166,14 @@ def read_main_arena(mod: tvm.IRModule) -> MainArena | None:
     it did not run (the attribute is absent or holds a host plan)."""
     if mod.attrs is None or REPORT_ATTR not in mod.attrs:
         return None
-    data = json.loads(str(mod.attrs[REPORT_ATTR]))
-    if data.get("memory_model") != "mcu":
+    where = f"module attribute '{REPORT_ATTR}'"
+    try:
+        data = json.loads(str(mod.attrs[REPORT_ATTR]))
+    except ValueError as e:
+        raise PassError(f"{where} is no JSON: {e}") from None
+    if not isinstance(data, dict) or data.get("memory_model") != "mcu":
         return None
-    return MainArena.from_json(data, f"module attribute '{REPORT_ATTR}'")
+    return MainArena.from_json(data, where)
 
 
 def mcu_arena(graph: Graph, order, planner: str, *, rip: bool, inplace: bool,
