@@ -106,3 +106,13 @@ def test_schedule_accepts_a_dag_listed_out_of_order(tmp_path, capsys):
     graph = Graph.from_json(CELL)
     assert out["order"] == graph.op_names     # the stable topological order of the file
     assert out["peak_bytes"] == simulate(graph, out["order"]).peak_bytes
+
+
+def test_the_cli_and_the_algorithms_import_without_tvm():
+    """Importing TVM (its FFI) takes most of a second: the CLI, the graph IR and the
+    scheduler must not pay it (errors.py registers with TVM only once passes import it)."""
+    code = ("import sys, tvm_serenity.cli, tvm_serenity.graph, tvm_serenity.schedule; "
+            "print(sorted(m for m in ('tvm', 'tvm_ffi') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"

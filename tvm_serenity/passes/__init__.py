@@ -22,6 +22,7 @@
 Each pass also runs alone, e.g. inside ``tvm.transform.Sequential``.
 """
 
+from ..errors import register_with_tvm
 from .arena import ArenaPlan, ArenaReport, FunctionArena, static_plan_bytes
 from .convert import (BlockGraph, ConversionError, PassError, block_graph, graph_of_bindings,
                       with_blocks)
@@ -43,3 +44,5 @@ __all__ = ["LowerFakeQuant", "FoldPad", "MemoryAwareSchedule", "ScheduleReport",
            "BlockGraph", "ConversionError", "PassError", "block_graph", "graph_of_bindings",
            "with_blocks", "RiPLowering", "IdentityGraphRewrite", "RewriteReport",
            "BlockRewrite", "ShareKernels", "SmallerArena", "PatchExecution"]
+
+register_with_tvm()     # a pass's errors reach its caller as themselves (tvm_serenity.errors)
