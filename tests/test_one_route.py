@@ -217,7 +217,7 @@ def test_arena_plan_pass_plans_main_for_the_mcu_and_changes_nothing_else(inplace
 def test_the_c_emitter_checks_the_plan_it_is_given():
     core = integer_core(_block_model_tflite(), True)
     planned, arena = _planned(from_tflite(core.model))
-    emitted, graph, plan, source_graph = emit_main(planned, core)
+    emitted, graph, plan, source_graph, _ = emit_main(planned, core)
     assert source_graph is None                     # main's own graph
     assert emitted.arena_bytes == plan.arena_bytes == arena.report.plan.arena_bytes
     with pytest.raises(CodegenError, match=r"run ArenaPlan\(memory_model='mcu'\)"):

@@ -684,10 +684,8 @@ def _compile(front_end, source: Path, target: str, out_dir, marker: dict, *, for
         mod = decided.mod
         relax_entry["kernels"] = sum(1 for f in mod.functions.values()
                                      if OperatorDescription.of(f) is not None)
-        core = dataclasses.replace(core, model=operators_of(mod, core.model.name,
-                                                            core.model.source))
-        emitted, graph, plan, source_graph = emit_main(mod, core, opt_level=opt_level,
-                                                       name=core.source.name)
+        emitted, graph, plan, source_graph, core = emit_main(mod, core, opt_level=opt_level,
+                                                             name=core.source.name)
         order = decided.order or make_result(graph, plan.order, "given", 0.0,
                                              inplace=read_main_arena(mod).inplace)
         emitted.write(tmp / MODEL_DIR)

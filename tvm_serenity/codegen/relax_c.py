@@ -48,14 +48,15 @@ class EmittedMain(NamedTuple):
     graph: Graph                    # the graph planned and emitted
     plan: ArenaPlan                 # its arena plan, verified
     source_graph: Graph | None      # main's graph a pass rewrote or patched into ``graph``
+    core: IntegerCore               # what model_run computes: main's operators
 
 
 def emit_main(mod: tvm.IRModule, core: IntegerCore | None = None, *,
               opt_level: str | None = "O2", name: str | None = None
               ) -> EmittedMain:
     """``model.c`` / ``model.h`` of ``mod``'s planned ``main`` (module docstring), with the
-    graph it was planned on, the plan, and the graph of ``main`` a pass rewrote or patched into
-    that graph (None when it is main's own). ``core`` is the :class:`~.graph_c.IntegerCore` the
+    graph it was planned on, the plan, the graph of ``main`` a pass rewrote or patched into
+    that graph (None when it is main's own) and the integer core of main's operators. ``core`` is the :class:`~.graph_c.IntegerCore` the
     module was imported from, if any (its source model, stripped edges and name; its operators
     are replaced by main's); ``name`` names the model (default: the source model's, or
     ``"model"``)."""
@@ -82,7 +83,7 @@ def emit_main(mod: tvm.IRModule, core: IntegerCore | None = None, *,
         if decided.source is not None else None
     emitted = emit_model(core, graph, plan, opt_level=opt_level, name=name,
                          source_graph=source if decided.rewritten else None)
-    return EmittedMain(emitted, graph, plan, source)
+    return EmittedMain(emitted, graph, plan, source, core)
 
 
 def _first_difference(a, b) -> str:
